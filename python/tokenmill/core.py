@@ -1,0 +1,388 @@
+"""The :class:`Encoding` class: a drop-in replacement for :class:`tiktoken.Encoding`.
+
+All the work happens in the Rust extension (``tokenmill._core``); this module resolves
+arguments the way tiktoken does, applies tiktoken's fix-up for lone surrogates, and keeps
+the attributes tiktoken users reach for (``_pat_str``, ``_mergeable_ranks``,
+``_special_tokens``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, AbstractSet, Collection, Literal, Sequence, Union
+
+from tokenmill import _core
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+AllowedSpecial = Union[Literal["all"], AbstractSet[str]]
+DisallowedSpecial = Union[Literal["all"], Collection[str]]
+
+_DEFAULT_THREADS = 8
+
+
+def _replace_surrogates(text: str) -> str:
+    """Replaces lone surrogates by U+FFFD (and joins valid surrogate pairs), as tiktoken does
+    before encoding a ``str`` that is not valid UTF-8."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _as_list(texts: object) -> list:
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("expected a list of str, got a single " + type(texts).__name__)
+    return texts if isinstance(texts, list) else list(texts)  # type: ignore[call-overload]
+
+
+def _batch_type_error(texts: list) -> TypeError:
+    """A TypeError naming the first item of a batch that is not a str."""
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            return TypeError(f"expected a list of str; item {i} is a {type(t).__name__}")
+    return TypeError("expected a list of str")
+
+
+class Encoding:
+    """A byte-level BPE encoding, with the same constructor and methods as
+    :class:`tiktoken.Encoding` and the same results, byte for byte.
+
+    Args:
+        name: The encoding's name. Encodings with different special tokens should have
+            different names.
+        pat_str: The regex that splits text into pieces before byte-pair merging.
+        mergeable_ranks: Token bytes to rank; the rank is both the token id and the merge
+            priority (lower merges first).
+        special_tokens: Special token text to token id.
+        explicit_n_vocab: If given, the number of tokens, checked against the vocabulary.
+
+    Raises:
+        ValueError: If ``pat_str`` does not compile, the vocabulary is inconsistent, or
+            ``explicit_n_vocab`` does not match.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        pat_str: str,
+        mergeable_ranks: dict[bytes, int],
+        special_tokens: dict[str, int],
+        explicit_n_vocab: int | None = None,
+    ) -> None:
+        self.name = name
+        self._pat_str = pat_str
+        self._mergeable_ranks = mergeable_ranks
+        self._special_tokens = special_tokens
+
+        if not mergeable_ranks:
+            raise ValueError("mergeable_ranks is empty: an encoding needs at least one token")
+        self.max_token_value = max(
+            max(mergeable_ranks.values()), max(special_tokens.values(), default=0)
+        )
+        if explicit_n_vocab:
+            n = len(mergeable_ranks) + len(special_tokens)
+            if n != explicit_n_vocab:
+                raise ValueError(
+                    f"explicit_n_vocab={explicit_n_vocab} but the vocabulary has {n} tokens "
+                    f"({len(mergeable_ranks)} mergeable + {len(special_tokens)} special)"
+                )
+            if self.max_token_value != explicit_n_vocab - 1:
+                raise ValueError(
+                    f"explicit_n_vocab={explicit_n_vocab} but the largest token id is "
+                    f"{self.max_token_value}"
+                )
+        self._special_token_values = set(special_tokens.values())
+        self._core_bpe = _core.CoreBPE(mergeable_ranks, special_tokens, pat_str)
+
+    def __repr__(self) -> str:
+        return f"<Encoding {self.name!r}>"
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encodes ``text``, treating special-token text as ordinary text.
+
+        Same as ``encode(text, disallowed_special=())``, but faster.
+
+        >>> enc.encode_ordinary("hello world")
+        [15339, 1917]
+        """
+        try:
+            return self._core_bpe.encode_ordinary(text)
+        except UnicodeEncodeError:
+            return self._core_bpe.encode_ordinary(_replace_surrogates(text))
+
+    def encode(
+        self,
+        text: str,
+        *,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> list[int]:
+        """Encodes ``text`` into token ids.
+
+        Special tokens are recognised only when allowed: by default text that looks like a
+        special token raises ``ValueError`` (it could be an injection). ``allowed_special``
+        lists the special tokens to encode as such (``"all"`` for every one);
+        ``disallowed_special`` lists those that raise (``"all"``, the default, means every
+        special token not allowed; ``()`` encodes them as ordinary text).
+
+        Lone surrogates in ``text`` are replaced by U+FFFD, as tiktoken does.
+
+        >>> enc.encode("hello world")
+        [15339, 1917]
+        >>> enc.encode("<|endoftext|>", allowed_special="all")
+        [100257]
+        """
+        try:
+            return self._core_bpe.encode(text, allowed_special, disallowed_special)
+        except UnicodeEncodeError:
+            return self._core_bpe.encode(
+                _replace_surrogates(text), allowed_special, disallowed_special
+            )
+
+    def encode_to_numpy(
+        self,
+        text: str,
+        *,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> npt.NDArray[np.uint32]:
+        """Like :meth:`encode`, returning a ``numpy.uint32`` array (no Python ints made)."""
+        import numpy as np
+
+        try:
+            raw = self._core_bpe.encode_to_bytes(text, allowed_special, disallowed_special)
+        except UnicodeEncodeError:
+            raw = self._core_bpe.encode_to_bytes(
+                _replace_surrogates(text), allowed_special, disallowed_special
+            )
+        return np.frombuffer(raw, dtype=np.uint32)
+
+    def encode_ordinary_batch(
+        self, text: list[str], *, num_threads: int = _DEFAULT_THREADS
+    ) -> list[list[int]]:
+        """Encodes many texts in parallel (in Rust, without the GIL), ignoring special
+        tokens. ``num_threads`` caps the worker count (at most the cores available).
+
+        >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
+        [[15339, 1917], [19045, 29474, 1917]]
+        """
+        texts = _as_list(text)
+        try:
+            return self._core_bpe.encode_ordinary_batch(texts, num_threads)
+        except TypeError as e:
+            raise _batch_type_error(texts) from e
+        except UnicodeEncodeError:
+            return self._core_bpe.encode_ordinary_batch(
+                [_replace_surrogates(t) for t in texts], num_threads
+            )
+
+    def encode_batch(
+        self,
+        text: list[str],
+        *,
+        num_threads: int = _DEFAULT_THREADS,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> list[list[int]]:
+        """Encodes many texts in parallel (in Rust, without the GIL). See :meth:`encode`
+        for ``allowed_special`` and ``disallowed_special``.
+
+        >>> enc.encode_batch(["hello world", "goodbye world"])
+        [[15339, 1917], [19045, 29474, 1917]]
+        """
+        texts = _as_list(text)
+        try:
+            return self._core_bpe.encode_batch(
+                texts, allowed_special, disallowed_special, num_threads
+            )
+        except TypeError as e:
+            if all(isinstance(t, str) for t in texts):
+                raise
+            raise _batch_type_error(texts) from e
+        except UnicodeEncodeError:
+            return self._core_bpe.encode_batch(
+                [_replace_surrogates(t) for t in texts],
+                allowed_special,
+                disallowed_special,
+                num_threads,
+            )
+
+    def encode_with_unstable(
+        self,
+        text: str,
+        *,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> tuple[list[int], list[list[int]]]:
+        """Encodes ``text`` into the tokens that cannot change whatever text follows, plus
+        every token sequence the rest could become once more text is appended.
+
+        Every completion, appended to the stable tokens, decodes to bytes starting with
+        ``text``. As in tiktoken, this API should itself be considered unstable.
+        """
+        try:
+            return self._core_bpe.encode_with_unstable(text, allowed_special, disallowed_special)
+        except UnicodeEncodeError:
+            return self._core_bpe.encode_with_unstable(
+                _replace_surrogates(text), allowed_special, disallowed_special
+            )
+
+    def encode_single_token(self, text_or_bytes: str | bytes) -> int:
+        """Returns the id of a text (or bytes) that is exactly one token, special tokens
+        included. Raises ``KeyError`` otherwise.
+
+        >>> enc.encode_single_token("hello")
+        15339
+        """
+        if isinstance(text_or_bytes, str):
+            text_or_bytes = text_or_bytes.encode("utf-8")
+        return self._core_bpe.encode_single_token(text_or_bytes)
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """Decodes token ids into bytes. Raises ``KeyError`` for an unknown id.
+
+        >>> enc.decode_bytes([15339, 1917])
+        b'hello world'
+        """
+        return self._core_bpe.decode_bytes(tokens)
+
+    def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
+        """Decodes token ids into a string.
+
+        Tokens need not end on character boundaries, so the bytes may not be valid UTF-8;
+        ``errors`` is passed to :meth:`bytes.decode` (the default ``"replace"`` is lossy,
+        ``"strict"`` raises).
+
+        >>> enc.decode([15339, 1917])
+        'hello world'
+        """
+        return self._core_bpe.decode_bytes(tokens).decode("utf-8", errors=errors)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one token, special tokens included. Raises ``KeyError`` if unknown.
+
+        >>> enc.decode_single_token_bytes(15339)
+        b'hello'
+        """
+        return self._core_bpe.decode_single_token_bytes(token)
+
+    def decode_tokens_bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        """The bytes of each token (useful to visualise a tokenization).
+
+        >>> enc.decode_tokens_bytes([15339, 1917])
+        [b'hello', b' world']
+        """
+        return self._core_bpe.decode_tokens_bytes(tokens)
+
+    def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:
+        """Decodes tokens into text plus, per token, the index of the character where it
+        starts (or of the first character it contributes bytes to, when a token starts in
+        the middle of a character). Raises ``UnicodeDecodeError`` on invalid UTF-8.
+
+        >>> enc.decode_with_offsets([15339, 1917])
+        ('hello world', [0, 5])
+        """
+        token_bytes = self.decode_tokens_bytes(tokens)
+        offsets = []
+        chars = 0  # characters started so far
+        for tb in token_bytes:
+            starts_mid_char = bool(tb) and 0x80 <= tb[0] < 0xC0
+            offsets.append(max(0, chars - starts_mid_char))
+            chars += sum(1 for b in tb if not 0x80 <= b < 0xC0)
+        return b"".join(token_bytes).decode("utf-8", errors="strict"), offsets
+
+    def decode_batch(
+        self,
+        batch: Sequence[Sequence[int]],
+        *,
+        errors: str = "replace",
+        num_threads: int = _DEFAULT_THREADS,
+    ) -> list[str]:
+        """Decodes many token lists (in parallel) into strings."""
+        return [
+            b.decode("utf-8", errors=errors)
+            for b in self._core_bpe.decode_bytes_batch(list(batch), num_threads)
+        ]
+
+    def decode_bytes_batch(
+        self, batch: Sequence[Sequence[int]], *, num_threads: int = _DEFAULT_THREADS
+    ) -> list[bytes]:
+        """Decodes many token lists (in parallel) into bytes."""
+        return self._core_bpe.decode_bytes_batch(list(batch), num_threads)
+
+    # ------------------------------------------------------------------ vocabulary
+
+    def token_byte_values(self) -> list[bytes]:
+        """Every mergeable token's bytes, sorted."""
+        return self._core_bpe.token_byte_values()
+
+    @property
+    def eot_token(self) -> int:
+        """The id of ``<|endoftext|>`` (``KeyError`` if the encoding has none)."""
+        return self._special_tokens["<|endoftext|>"]
+
+    @functools.cached_property
+    def special_tokens_set(self) -> set[str]:
+        """The special tokens' texts."""
+        return set(self._special_tokens.keys())
+
+    def is_special_token(self, token: int) -> bool:
+        """Whether ``token`` is the id of a special token."""
+        if not isinstance(token, int):
+            raise TypeError(f"expected an int token id, got {type(token).__name__}")
+        return token in self._special_token_values
+
+    @property
+    def n_vocab(self) -> int:
+        """``max_token_value + 1`` (kept for compatibility with tiktoken)."""
+        return self.max_token_value + 1
+
+    # ------------------------------------------------------------------ private API kept from tiktoken
+
+    def _encode_single_piece(self, text_or_bytes: str | bytes) -> list[int]:
+        """Byte-pair encodes one piece without regex splitting (special tokens ignored)."""
+        if isinstance(text_or_bytes, str):
+            text_or_bytes = text_or_bytes.encode("utf-8")
+        return self._core_bpe.encode_single_piece(text_or_bytes)
+
+    def _encode_only_native_bpe(self, text: str) -> list[int]:
+        """Splits with the third-party ``regex`` module in Python, then merges in Rust
+        (a slow reference path, kept for compatibility)."""
+        import regex
+
+        out: list[int] = []
+        for piece in regex.findall(self._pat_str, text):
+            out.extend(self._core_bpe.encode_single_piece(piece.encode("utf-8")))
+        return out
+
+    def _encode_bytes(self, text: bytes) -> list[int]:
+        """Encodes bytes that may not be valid UTF-8."""
+        return self._core_bpe._encode_bytes(text)
+
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> object:
+        from tokenmill import registry
+
+        # A registered encoding pickles by name; anything else by value.
+        if registry.ENCODINGS.get(self.name) is self:
+            return self.name
+        return {
+            "name": self.name,
+            "pat_str": self._pat_str,
+            "mergeable_ranks": self._mergeable_ranks,
+            "special_tokens": self._special_tokens,
+        }
+
+    def __setstate__(self, value: object) -> None:
+        from tokenmill import registry
+
+        if isinstance(value, str):
+            self.__dict__ = registry.get_encoding(value).__dict__
+            return
+        self.__init__(**value)  # type: ignore[misc]

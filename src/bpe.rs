@@ -1,0 +1,281 @@
+//! Byte-pair merging of one pre-tokenized piece by rank, with tiktoken's exact semantics:
+//! repeatedly merge the adjacent pair whose concatenation has the lowest rank, the leftmost
+//! one on ties, until no adjacent pair forms a token.
+//!
+//! Two implementations give identical results: a compact scan for short pieces (the common
+//! case, cache friendly) and a heap over a linked list for long pieces, which stays
+//! O(n log n) where the scan would be quadratic (e.g. 1 MB of one repeated letter).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::error::{Error, Rank, Result};
+use crate::vocab::Vocab;
+
+/// Pieces at least this long use the heap-based merge.
+pub const LONG_PIECE: usize = 128;
+
+/// Reusable buffers so that merging allocates nothing in steady state.
+#[derive(Default)]
+pub struct Scratch {
+    parts: Vec<(u32, Rank)>,
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    pair_rank: Vec<Rank>,
+    heap: BinaryHeap<Reverse<(Rank, u32)>>,
+}
+
+/// Appends the tokens of `piece` to `out`. The caller has already checked that `piece`
+/// is not itself a token; this function is still correct if it is.
+#[inline]
+pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
+    match piece.len() {
+        0 => Ok(()),
+        1 => {
+            out.push(vocab.rank(piece).ok_or_else(|| Error::UnencodableBytes(piece.to_vec()))?);
+            Ok(())
+        }
+        n if n < LONG_PIECE => merge_short(vocab, piece, out, s),
+        _ => merge_long(vocab, piece, out, s),
+    }
+}
+
+#[inline]
+fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
+    vocab.rank(bytes).unwrap_or(Rank::MAX)
+}
+
+#[inline]
+fn push_token(vocab: &Vocab, bytes: &[u8], out: &mut Vec<Rank>) -> Result<()> {
+    out.push(vocab.rank(bytes).ok_or_else(|| Error::UnencodableBytes(bytes.to_vec()))?);
+    Ok(())
+}
+
+/// Quadratic in the worst case but tiny constants: `parts[i] = (start, rank of merging
+/// part i with part i + 1)`, with two sentinels at the end.
+pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
+    let parts = &mut s.parts;
+    parts.clear();
+    let n = piece.len();
+    for i in 0..n - 1 {
+        parts.push((i as u32, rank_of(vocab, &piece[i..i + 2])));
+    }
+    parts.push(((n - 1) as u32, Rank::MAX));
+    parts.push((n as u32, Rank::MAX));
+
+    // Rank of merging parts[i] with parts[i + 1] once parts[i + 1] and parts[i + 2] are one.
+    let rank_after = |parts: &[(u32, Rank)], i: usize| -> Rank {
+        if i + 3 < parts.len() {
+            rank_of(vocab, &piece[parts[i].0 as usize..parts[i + 3].0 as usize])
+        } else {
+            Rank::MAX
+        }
+    };
+
+    loop {
+        let mut best = (Rank::MAX, 0usize);
+        for (i, &(_, r)) in parts[..parts.len() - 1].iter().enumerate() {
+            if r < best.0 {
+                best = (r, i);
+            }
+        }
+        if best.0 == Rank::MAX {
+            break;
+        }
+        let i = best.1;
+        if i > 0 {
+            parts[i - 1].1 = rank_after(parts, i - 1);
+        }
+        parts[i].1 = rank_after(parts, i);
+        parts.remove(i + 1);
+    }
+    for w in parts.windows(2) {
+        push_token(vocab, &piece[w[0].0 as usize..w[1].0 as usize], out)?;
+    }
+    Ok(())
+}
+
+/// O(n log n): nodes are the byte positions, linked in a list; a min-heap holds
+/// (rank, position) candidates and stale entries are skipped when popped.
+pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
+    const NONE: u32 = u32::MAX;
+    let n = piece.len();
+    let Scratch { next, prev, pair_rank, heap, .. } = s;
+    next.clear();
+    prev.clear();
+    pair_rank.clear();
+    heap.clear();
+    for i in 0..n {
+        next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
+        prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
+        let r = if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX };
+        pair_rank.push(r);
+        if r != Rank::MAX {
+            heap.push(Reverse((r, i as u32)));
+        }
+    }
+    // End (exclusive) of the part that starts at node `i`.
+    let end = |next: &[u32], i: u32| -> usize {
+        let j = next[i as usize];
+        if j == NONE { n } else { j as usize }
+    };
+    // Rank of merging node `i` with its successor, in the current list.
+    let pair = |next: &[u32], i: u32| -> Rank {
+        let j = next[i as usize];
+        if j == NONE {
+            return Rank::MAX;
+        }
+        rank_of(vocab, &piece[i as usize..end(next, j)])
+    };
+
+    while let Some(Reverse((r, i))) = heap.pop() {
+        if pair_rank[i as usize] != r {
+            continue; // stale: node merged away or its pair changed
+        }
+        // Merge node i with its successor j.
+        let j = next[i as usize];
+        let k = next[j as usize];
+        next[i as usize] = k;
+        if k != NONE {
+            prev[k as usize] = i;
+        }
+        pair_rank[j as usize] = Rank::MAX;
+        next[j as usize] = NONE;
+
+        let ri = pair(next, i);
+        pair_rank[i as usize] = ri;
+        if ri != Rank::MAX {
+            heap.push(Reverse((ri, i)));
+        }
+        let p = prev[i as usize];
+        if p != NONE {
+            let rp = pair(next, p);
+            pair_rank[p as usize] = rp;
+            if rp != Rank::MAX {
+                heap.push(Reverse((rp, p)));
+            }
+        }
+    }
+    let mut i = 0u32;
+    while i != NONE {
+        push_token(vocab, &piece[i as usize..end(next, i)], out)?;
+        i = next[i as usize];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustc_hash::FxHashMap;
+
+    /// Textbook definition: parts as byte strings, merge the leftmost lowest-ranked pair.
+    fn reference(vocab: &Vocab, piece: &[u8]) -> Vec<Rank> {
+        let mut parts: Vec<Vec<u8>> = piece.iter().map(|&b| vec![b]).collect();
+        loop {
+            let mut best: Option<(Rank, usize)> = None;
+            for i in 0..parts.len().saturating_sub(1) {
+                let cat = [parts[i].as_slice(), parts[i + 1].as_slice()].concat();
+                if let Some(r) = vocab.rank(&cat) {
+                    if best.map_or(true, |(br, _)| r < br) {
+                        best = Some((r, i));
+                    }
+                }
+            }
+            let Some((_, i)) = best else { break };
+            let right = parts.remove(i + 1);
+            parts[i].extend(right);
+        }
+        parts.iter().map(|p| vocab.rank(p).unwrap()).collect()
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A vocabulary over a small alphabet with merges learned greedily from random text,
+    /// plus random extra tokens, so that ties and overlapping candidates are common.
+    fn toy_vocab(rng: &mut Rng) -> Vocab {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        let alphabet = b"aab c";
+        let mut next = 256;
+        for _ in 0..300 {
+            let len = 2 + rng.below(5) as usize;
+            let tok: Vec<u8> = (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
+            // Only add tokens reachable by merging two existing tokens.
+            let reachable = (1..tok.len()).any(|k| ranks.contains_key(&tok[..k]) && ranks.contains_key(&tok[k..]));
+            if reachable && !ranks.contains_key(&tok) {
+                ranks.insert(tok, next);
+                next += 1;
+            }
+        }
+        Vocab::new(ranks, vec![]).unwrap()
+    }
+
+    #[test]
+    fn short_and_long_paths_match_the_reference() {
+        let mut rng = Rng(0x9E3779B97F4A7C15);
+        for round in 0..20 {
+            let vocab = toy_vocab(&mut rng);
+            let alphabet = b"aab cx";
+            for _ in 0..200 {
+                let len = 1 + rng.below(if round % 2 == 0 { 40 } else { 400 }) as usize;
+                let piece: Vec<u8> = (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
+                let want = reference(&vocab, &piece);
+                let mut s = Scratch::default();
+                if piece.len() >= 2 {
+                    let mut a = Vec::new();
+                    merge_short(&vocab, &piece, &mut a, &mut s).unwrap();
+                    assert_eq!(a, want, "short path on {:?}", String::from_utf8_lossy(&piece));
+                }
+                let mut b = Vec::new();
+                merge_long(&vocab, &piece, &mut b, &mut s).unwrap();
+                assert_eq!(b, want, "long path on {:?}", String::from_utf8_lossy(&piece));
+                let mut c = Vec::new();
+                encode_piece(&vocab, &piece, &mut c, &mut s).unwrap();
+                assert_eq!(c, want);
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_byte_runs_use_leftmost_ties() {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        ranks.insert(b"aa".to_vec(), 256);
+        ranks.insert(b"aaaa".to_vec(), 257);
+        let vocab = Vocab::new(ranks, vec![]).unwrap();
+        for n in [2usize, 3, 5, 7, 200, 1001] {
+            let piece = vec![b'a'; n];
+            let mut s = Scratch::default();
+            let mut out = Vec::new();
+            encode_piece(&vocab, &piece, &mut out, &mut s).unwrap();
+            assert_eq!(out, reference(&vocab, &piece), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn missing_single_byte_is_an_error_not_a_panic() {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        ranks.insert(b"a".to_vec(), 0);
+        let vocab = Vocab::new(ranks, vec![]).unwrap();
+        let mut s = Scratch::default();
+        let mut out = Vec::new();
+        assert!(matches!(encode_piece(&vocab, b"ab", &mut out, &mut s), Err(Error::UnencodableBytes(_))));
+        assert!(matches!(encode_piece(&vocab, &[b'z'; 300], &mut out, &mut s), Err(Error::UnencodableBytes(_))));
+    }
+}

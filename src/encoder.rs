@@ -1,0 +1,304 @@
+//! The encoder: pre-tokenization, whole-piece lookup, byte-pair merging and special-token
+//! handling, with tiktoken's exact results.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::bpe::{self, Scratch};
+use crate::error::{Error, Rank, Result};
+use crate::pretokenize::Splitter;
+use crate::special::{SpecialMatcher, SpecialPolicy};
+use crate::vocab::Vocab;
+
+pub struct Encoder {
+    vocab: Vocab,
+    splitter: Splitter,
+    specials: SpecialMatcher,
+    pattern: String,
+}
+
+impl Encoder {
+    pub fn new(
+        ranks: FxHashMap<Vec<u8>, Rank>,
+        special_tokens: Vec<(String, Rank)>,
+        pattern: &str,
+    ) -> Result<Self> {
+        let splitter = Splitter::new(pattern)?;
+        let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
+        let vocab = Vocab::new(ranks, special_tokens)?;
+        Ok(Self { vocab, splitter, specials, pattern: pattern.to_string() })
+    }
+
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+
+    pub fn splitter(&self) -> &Splitter {
+        &self.splitter
+    }
+
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Encodes text with no special-token handling, appending to `out`. Returns how many
+    /// tokens the last piece produced (needed by the unstable-token logic).
+    pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
+        let mut last = 0;
+        self.splitter.for_each_piece(text, |piece| {
+            let bytes = piece.as_bytes();
+            if let Some(id) = self.vocab.rank(bytes) {
+                out.push(id);
+                last = 1;
+            } else {
+                let before = out.len();
+                bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
+                last = out.len() - before;
+            }
+            Ok(())
+        })?;
+        Ok(last)
+    }
+
+    pub fn encode_ordinary(&self, text: &str) -> Result<Vec<Rank>> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.encode_ordinary_into(text, &mut out, &mut Scratch::default())?;
+        Ok(out)
+    }
+
+    /// Encodes text under a special-token policy, appending to `out`. Returns the number of
+    /// tokens from the last regex piece (0 when the text ends with a special token).
+    pub fn encode_into(&self, text: &str, policy: &SpecialPolicy, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
+        let matches = self.specials.find(text, policy);
+        if matches.is_empty() && policy.extra_disallowed.is_empty() {
+            return self.encode_ordinary_into(text, out, scratch);
+        }
+        SpecialMatcher::check_disallowed(text, &matches, policy)?;
+        let mut start = 0;
+        let mut last = 0;
+        for m in matches.iter().filter(|m| policy.is_allowed(m.id)) {
+            if m.start < start {
+                continue; // overlaps a special token already taken
+            }
+            if m.start > start {
+                self.encode_ordinary_into(&text[start..m.start], out, scratch)?;
+            }
+            out.push(m.id);
+            start = m.end;
+            last = 0;
+        }
+        if start < text.len() {
+            last = self.encode_ordinary_into(&text[start..], out, scratch)?;
+        }
+        Ok(last)
+    }
+
+    pub fn encode(&self, text: &str, policy: &SpecialPolicy) -> Result<Vec<Rank>> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.encode_into(text, policy, &mut out, &mut Scratch::default())?;
+        Ok(out)
+    }
+
+    /// Tokens of one piece without regex splitting (tiktoken's `encode_single_piece`).
+    pub fn encode_single_piece(&self, piece: &[u8]) -> Result<Vec<Rank>> {
+        if let Some(id) = self.vocab.rank(piece) {
+            return Ok(vec![id]);
+        }
+        self.merge(piece)
+    }
+
+    /// Byte-pair merge of a piece, without the whole-piece lookup.
+    fn merge(&self, piece: &[u8]) -> Result<Vec<Rank>> {
+        let mut out = Vec::new();
+        bpe::encode_piece(&self.vocab, piece, &mut out, &mut Scratch::default())?;
+        Ok(out)
+    }
+
+    /// How many trailing tokens may change if more text were appended: the last piece's
+    /// tokens, extended backwards over whitespace-only tokens, since a regex split between
+    /// whitespace runs can disappear when text is added.
+    fn unstable_len(&self, tokens: &[Rank], mut last: usize) -> usize {
+        let all_space = |t: Rank| {
+            self.vocab
+                .token_bytes(t)
+                .map_or(false, |b| b.iter().all(|c| matches!(c, b' ' | b'\n' | b'\t')))
+        };
+        if last > 0 && all_space(tokens[tokens.len() - last]) {
+            while last < tokens.len() && all_space(tokens[tokens.len() - last - 1]) {
+                last += 1;
+            }
+        }
+        last
+    }
+
+    /// Stable tokens plus every token sequence the unstable tail could become once more
+    /// text is appended (tiktoken's `encode_with_unstable`). Completions are sorted.
+    pub fn encode_with_unstable(&self, text: &str, policy: &SpecialPolicy) -> Result<(Vec<Rank>, Vec<Vec<Rank>>)> {
+        let mut tokens = Vec::new();
+        let last = self.encode_into(text, policy, &mut tokens, &mut Scratch::default())?;
+        if last == 0 {
+            return Ok((tokens, Vec::new()));
+        }
+        let last = self.unstable_len(&tokens, last);
+        let unstable = self.vocab.decode(&tokens[tokens.len() - last..])?;
+        tokens.truncate(tokens.len() - last);
+        let mut completions: FxHashSet<Vec<Rank>> = FxHashSet::default();
+        if unstable.is_empty() {
+            return Ok((tokens, Vec::new()));
+        }
+        let sorted = self.vocab.sorted_tokens();
+        let ranks = self.vocab.ranks();
+
+        // Single tokens that extend the unstable bytes.
+        let mut i = sorted.partition_point(|t| t.as_slice() < unstable.as_slice());
+        while i < sorted.len() && sorted[i].starts_with(&unstable) {
+            completions.insert(vec![ranks[&sorted[i]]]);
+            i += 1;
+        }
+        // A token straddling each inner split point: re-encode prefix + token.
+        for split in 1..unstable.len() {
+            let (prefix, suffix) = unstable.split_at(split);
+            let mut i = sorted.partition_point(|t| t.as_slice() < suffix);
+            while i < sorted.len() && sorted[i].starts_with(suffix) {
+                let candidate = [prefix, sorted[i].as_slice()].concat();
+                let encoded = match std::str::from_utf8(&candidate) {
+                    Ok(s) => self.encode_ordinary(s)?,
+                    Err(_) => self.merge(&candidate)?,
+                };
+                let mut seq = Vec::new();
+                let mut covered = 0;
+                for t in encoded {
+                    seq.push(t);
+                    covered += self.vocab.token_bytes(t).map_or(0, <[u8]>::len);
+                    if covered >= unstable.len() {
+                        break;
+                    }
+                }
+                completions.insert(seq);
+                i += 1;
+            }
+        }
+        // A trailing whitespace character may split off once text follows it.
+        if unstable.len() > 1 {
+            if let Some((ch, width)) = last_char(&unstable) {
+                if width < unstable.len() && ch.is_whitespace() {
+                    let cut = unstable.len() - width;
+                    let mut seq = self.merge(&unstable[..cut])?;
+                    seq.extend(self.merge(&unstable[cut..])?);
+                    completions.insert(seq);
+                }
+            }
+        }
+        let mut completions: Vec<Vec<Rank>> = completions.into_iter().collect();
+        completions.sort_unstable();
+        Ok((tokens, completions))
+    }
+
+    /// Encodes raw bytes (tiktoken's `_encode_bytes`): valid UTF-8 is encoded normally; an
+    /// invalid tail is merged together with the unstable end of the valid part.
+    pub fn encode_bytes(&self, bytes: &[u8]) -> Result<Vec<Rank>> {
+        let valid = match std::str::from_utf8(bytes) {
+            Ok(text) => return self.encode_ordinary(text),
+            Err(e) => e.valid_up_to(),
+        };
+        // SAFETY-free: `valid` is a UTF-8 boundary reported by from_utf8.
+        let text = std::str::from_utf8(&bytes[..valid]).expect("valid prefix");
+        let mut tokens = Vec::new();
+        let last = self.encode_ordinary_into(text, &mut tokens, &mut Scratch::default())?;
+        let last = self.unstable_len(&tokens, last);
+        let mut tail = Vec::new();
+        if !tokens.is_empty() && last > 0 {
+            tail = self.vocab.decode(&tokens[tokens.len() - last..])?;
+            tokens.truncate(tokens.len() - last);
+        }
+        tail.extend_from_slice(&bytes[valid..]);
+        if !tail.is_empty() {
+            match self.vocab.rank(&tail) {
+                Some(id) => tokens.push(id),
+                None => tokens.extend(self.merge(&tail)?),
+            }
+        }
+        Ok(tokens)
+    }
+
+    pub fn decode_bytes(&self, tokens: &[Rank]) -> Result<Vec<u8>> {
+        self.vocab.decode(tokens)
+    }
+
+    pub fn single_token_bytes(&self, id: Rank) -> Result<&[u8]> {
+        self.vocab.token_bytes(id).ok_or(Error::UnknownTokenId(id))
+    }
+}
+
+/// The last UTF-8 character of `bytes` and its width, if the tail is valid UTF-8.
+fn last_char(bytes: &[u8]) -> Option<(char, usize)> {
+    let start = bytes.len().saturating_sub(4);
+    (start..bytes.len()).find_map(|i| {
+        std::str::from_utf8(&bytes[i..]).ok().and_then(|s| {
+            let mut chars = s.chars();
+            let c = chars.next()?;
+            chars.next().is_none().then_some((c, bytes.len() - i))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::special::SpecialSet;
+
+    fn byte_vocab() -> FxHashMap<Vec<u8>, Rank> {
+        let mut ranks = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        ranks.insert(b"he".to_vec(), 256);
+        ranks.insert(b"ll".to_vec(), 257);
+        ranks.insert(b"hell".to_vec(), 258);
+        ranks.insert(b"hello".to_vec(), 259);
+        ranks.insert(b" w".to_vec(), 260);
+        ranks
+    }
+
+    fn enc() -> Encoder {
+        let special = vec![("<|end|>".to_string(), 1000), ("<|pad|>".to_string(), 1001)];
+        Encoder::new(byte_vocab(), special, r"\S+|\s+").unwrap()
+    }
+
+    #[test]
+    fn ordinary_and_special_encoding() {
+        let e = enc();
+        assert_eq!(e.encode_ordinary("hello").unwrap(), vec![259]);
+        let t = "hello<|end|> w";
+        let ord = e.encode_ordinary(t).unwrap();
+        assert_eq!(e.decode_bytes(&ord).unwrap(), t.as_bytes());
+        assert_eq!(e.encode(t, &SpecialPolicy::strict()), Err(Error::DisallowedSpecial("<|end|>".into())));
+        let all = e.encode(t, &SpecialPolicy::allow_all()).unwrap();
+        assert_eq!(all[0], 259);
+        assert_eq!(all[1], 1000);
+        let only_pad = SpecialPolicy { allowed: SpecialSet::Ids([1001].into_iter().collect()), disallowed: SpecialSet::Nothing, extra_disallowed: vec![] };
+        assert_eq!(e.encode(t, &only_pad).unwrap(), ord);
+    }
+
+    #[test]
+    fn bytes_roundtrip_and_invalid_tail() {
+        let e = enc();
+        let mut b = "hello wörld".as_bytes().to_vec();
+        b.push(0xC3);
+        let toks = e.encode_bytes(&b).unwrap();
+        assert_eq!(e.decode_bytes(&toks).unwrap(), b);
+    }
+
+    #[test]
+    fn unstable_completions_extend_the_text() {
+        let e = enc();
+        let (stable, completions) = e.encode_with_unstable("say hel", &SpecialPolicy::ordinary()).unwrap();
+        let prefix = e.decode_bytes(&stable).unwrap();
+        assert!(b"say hel".starts_with(&prefix));
+        assert!(!completions.is_empty());
+        for c in completions {
+            let mut all = stable.clone();
+            all.extend(c);
+            assert!(e.decode_bytes(&all).unwrap().starts_with(b"say hel"));
+        }
+    }
+}

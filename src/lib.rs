@@ -1,0 +1,21 @@
+//! tokenmill: byte-level BPE with tiktoken-exact encoding.
+//!
+//! The engine is plain Rust: [`encoder::Encoder`] pre-tokenizes text
+//! ([`pretokenize`]), looks whole pieces up in the [`vocab::Vocab`], merges the rest by
+//! rank ([`bpe`]) and handles special tokens ([`special`]); [`batch`] runs many texts on
+//! a fork-safe rayon pool. The PyO3 bindings live in `python.rs`, compiled only with the
+//! `python` feature, so `cargo test` needs no libpython.
+
+pub mod batch;
+pub mod bpe;
+pub mod encoder;
+pub mod error;
+pub mod pretokenize;
+pub mod special;
+pub mod vocab;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use encoder::Encoder;
+pub use error::{Error, Rank, Result};

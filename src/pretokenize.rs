@@ -1,0 +1,281 @@
+//! Pre-tokenization: splitting text into pieces with the encoding's regex.
+//!
+//! tiktoken runs its patterns with `fancy-regex` because of the trailing-whitespace rule
+//! `\s+(?!\S)` (a lookahead) and possessive quantifiers. Both are only needed for the
+//! whitespace tail of the standard patterns, so for those we run an equivalent pattern
+//! without them on a DFA-based engine (`regex-automata`) and re-apply the lookahead rule
+//! by hand, which is several times faster. Any other pattern runs on `fancy-regex`,
+//! exactly as tiktoken runs it.
+//!
+//! The rewrite: a pattern `P|\s+(?!\S)|\s+` behaves, at each match position, like `P`
+//! if `P` matches there; else it takes the run of whitespace `w` starting there and
+//! matches all of `w` if `w` ends the text, `w` minus its last character if `w` has two or
+//! more characters and is followed by a non-space, else `w`. We search with `P|\s+`
+//! (leftmost-first: the same positions and the same `P` matches) and shorten a
+//! whitespace-only match followed by a non-space by one character when `P` does not match
+//! at its start, i.e. when it came from the `\s+` branch.
+
+use fancy_regex::Regex as FancyRegex;
+use regex_automata::{meta::Regex as MetaRegex, Anchored, Input};
+
+use crate::error::{Error, Result};
+
+/// Whitespace tails that the fast path knows how to emulate; both mean the same thing.
+const WHITESPACE_TAILS: &[&str] = &[r"|\s+(?!\S)|\s+", r"|\s+(?!\S)|\s"];
+
+/// Prefixes (everything before the whitespace tail) of the standard patterns that use
+/// possessive quantifiers, with the possessiveness removed. Each removal was checked by
+/// hand to be a no-op for that pattern (what follows the possessive part cannot fail, or
+/// cannot match what backtracking would give back; `\s++$` needs the whole run either way)
+/// and is checked by differential tests against fancy-regex.
+const POSSESSIVE_FREE_PREFIXES: &[(&str, &str)] = &[
+    // r50k_base / p50k_base / gpt2 (tiktoken >= 0.10 form)
+    (
+        r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$",
+        r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+$",
+    ),
+    // cl100k_base (tiktoken >= 0.10 form)
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]",
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+$|\s*[\r\n]",
+    ),
+    // nanochat's GPT-4-style split (digits in groups of at most two)
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]",
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]",
+    ),
+    // cl100k_base as published by earlier tiktoken releases
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]",
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]",
+    ),
+];
+
+/// Splits text into pieces with a given pattern.
+pub enum Splitter {
+    Fast(FastSplitter),
+    Fancy(FancyRegex),
+}
+
+/// The DFA-based path for patterns of the form `P|<whitespace tail>`.
+pub struct FastSplitter {
+    /// `P|\s+`
+    search: MetaRegex,
+    /// `P` alone, run anchored to tell which branch produced a whitespace match.
+    prefix: MetaRegex,
+}
+
+impl Splitter {
+    /// Compiles `pattern`; a pattern fancy-regex rejects is an `InvalidPattern` error.
+    pub fn new(pattern: &str) -> Result<Self> {
+        let fancy = compile_fancy(pattern)?;
+        Ok(match FastSplitter::try_new(pattern) {
+            Some(fast) => Splitter::Fast(fast),
+            None => Splitter::Fancy(fancy),
+        })
+    }
+
+    /// Always uses fancy-regex (the reference behaviour; used by differential tests).
+    pub fn new_reference(pattern: &str) -> Result<Self> {
+        Ok(Splitter::Fancy(compile_fancy(pattern)?))
+    }
+
+    pub fn is_fast(&self) -> bool {
+        matches!(self, Splitter::Fast(_))
+    }
+
+    /// Calls `f` with each piece of `text`, in order. Empty matches are skipped.
+    #[inline]
+    pub fn for_each_piece<'t, F>(&self, text: &'t str, mut f: F) -> Result<()>
+    where
+        F: FnMut(&'t str) -> Result<()>,
+    {
+        match self {
+            Splitter::Fast(fast) => fast.for_each_piece(text, f),
+            Splitter::Fancy(re) => {
+                for m in re.find_iter(text) {
+                    let m = m.map_err(|e| Error::RegexRuntime(e.to_string()))?;
+                    if !m.as_str().is_empty() {
+                        f(m.as_str())?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// All pieces of `text` (convenience for tests and diagnostics).
+    pub fn pieces<'t>(&self, text: &'t str) -> Result<Vec<&'t str>> {
+        let mut v = Vec::new();
+        self.for_each_piece(text, |p| {
+            v.push(p);
+            Ok(())
+        })?;
+        Ok(v)
+    }
+}
+
+fn compile_fancy(pattern: &str) -> Result<FancyRegex> {
+    FancyRegex::new(pattern).map_err(|e| Error::InvalidPattern {
+        pattern: pattern.to_string(),
+        message: e.to_string(),
+    })
+}
+
+impl FastSplitter {
+    fn try_new(pattern: &str) -> Option<Self> {
+        let prefix = WHITESPACE_TAILS.iter().find_map(|tail| pattern.strip_suffix(tail))?;
+        let prefix = POSSESSIVE_FREE_PREFIXES
+            .iter()
+            .find(|(p, _)| *p == prefix)
+            .map_or(prefix, |(_, free)| free);
+        let prefix_re = MetaRegex::new(prefix).ok()?;
+        let search = MetaRegex::new(&format!(r"(?:{prefix})|\s+")).ok()?;
+        // A pattern that can match the empty string is left to fancy-regex.
+        if search.is_match("") || prefix_re.is_match("") {
+            return None;
+        }
+        Some(FastSplitter { search, prefix: prefix_re })
+    }
+
+    #[inline]
+    fn for_each_piece<'t, F>(&self, text: &'t str, mut f: F) -> Result<()>
+    where
+        F: FnMut(&'t str) -> Result<()>,
+    {
+        let bytes = text.as_bytes();
+        let mut input = Input::new(text);
+        let mut pos = 0;
+        while pos < text.len() {
+            input.set_start(pos);
+            let Some(m) = self.search.find(input.clone()) else { break };
+            let (start, mut end) = (m.start(), m.end());
+            if end < text.len() && is_whitespace_run(bytes, start, end) && !starts_with_whitespace(text, end) {
+                if let Some(last) = last_char_start(text, start, end) {
+                    // Two or more characters: keep the last one for the next piece, unless
+                    // this match came from `P` rather than from the whitespace tail.
+                    let anchored = Input::new(text).range(start..).anchored(Anchored::Yes);
+                    if self.prefix.find(anchored).is_none() {
+                        end = last;
+                    }
+                }
+            }
+            f(&text[start..end])?;
+            pos = end;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `text[start..end]` is entirely whitespace (Unicode `White_Space`, as `\s`).
+#[inline]
+fn is_whitespace_run(bytes: &[u8], start: usize, end: usize) -> bool {
+    let s = &bytes[start..end];
+    if s.is_ascii() {
+        return s.iter().all(|&b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c));
+    }
+    // SAFETY-free: slice boundaries come from regex matches, so they are char boundaries.
+    std::str::from_utf8(s).map_or(false, |s| s.chars().all(char::is_whitespace))
+}
+
+#[inline]
+fn starts_with_whitespace(text: &str, at: usize) -> bool {
+    text[at..].chars().next().map_or(false, char::is_whitespace)
+}
+
+/// Start of the last character of `text[start..end]` when it has at least two characters.
+#[inline]
+fn last_char_start(text: &str, start: usize, end: usize) -> Option<usize> {
+    let mut it = text[start..end].char_indices().rev();
+    let (last, _) = it.next()?;
+    it.next()?;
+    Some(start + last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R50K: &str = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s";
+    const R50K_OLD: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+    const CL100K: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s";
+    const O200K: &str = concat!(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|",
+        r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    const NANOCHAT: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
+
+    const ALL: &[&str] = &[R50K, R50K_OLD, CL100K, O200K, NANOCHAT];
+
+    /// The fast and the reference splitter for every standard pattern, compiled once.
+    fn splitters() -> Vec<(&'static str, Splitter, Splitter)> {
+        ALL.iter()
+            .map(|p| {
+                let fast = Splitter::new(p).unwrap();
+                assert!(fast.is_fast(), "pattern should take the fast path: {p}");
+                (*p, fast, Splitter::new_reference(p).unwrap())
+            })
+            .collect()
+    }
+
+    fn check(splitters: &[(&str, Splitter, Splitter)], text: &str) {
+        for (p, fast, reference) in splitters {
+            assert_eq!(fast.pieces(text).unwrap(), reference.pieces(text).unwrap(), "pattern {p} on {text:?}");
+        }
+    }
+
+    #[test]
+    fn whitespace_tail_matches_fancy_regex() {
+        let cases = [
+            "", " ", "  ", "a  b", "a   ", "  \n  x", "\n\n\nx", "x \t\u{3000}y", "\r\n\r\n  foo",
+            "hello world  ", "   leading", "a\u{a0}\u{a0}b", "tabs\t\t\tx", "x\n \n \ny", " \u{2003}\u{2003}x",
+            "I'LL DON'T 's 'S ſ", "123456789 12", "emoji 🙂‍↔️  👍🏽", "中文  测试\n\n", "e\u{301}\u{301}  x",
+            "!!!  ???\n\n", "   \n", " \r\n  \r\n x", "a\u{b}\u{c}b  \u{85}z",
+        ];
+        let splitters = splitters();
+        for t in cases {
+            check(&splitters, t);
+        }
+    }
+
+    #[test]
+    fn generated_text_matches_fancy_regex() {
+        let atoms = [
+            " ", "  ", "\t", "\n", "\r\n", "\r", "a", "B", "z", "'s", "'S", "'ll", "'LL", "'Re", "1", "22", "333",
+            "!", "?", "/", "...", "é", "e\u{301}", "ſ", "\u{212a}", "中", "\u{3000}", "\u{a0}", "\u{2028}", "🙂",
+            "👩‍💻", "<|endoftext|>", "Ünïcödé", "\u{b}", "x", "9", "\u{661}\u{662}", "ǅ", "ʰ", "\u{300}",
+        ];
+        let splitters = splitters();
+        let mut state = 0x2545F4914F6CDD1Du64;
+        for _ in 0..4000 {
+            let mut s = String::new();
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let n = (state % 24) as usize;
+            for _ in 0..n {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                s.push_str(atoms[(state % atoms.len() as u64) as usize]);
+            }
+            check(&splitters, &s);
+        }
+    }
+
+    #[test]
+    fn other_patterns_use_fancy_regex_and_bad_ones_fail() {
+        let s = Splitter::new(r"\w+(?=x)|.").unwrap();
+        assert!(!s.is_fast());
+        assert_eq!(s.pieces("abx").unwrap(), vec!["ab", "x"]);
+        assert!(matches!(Splitter::new("(unclosed"), Err(Error::InvalidPattern { .. })));
+    }
+
+    #[test]
+    fn backtrack_limit_is_an_error() {
+        let s = Splitter::new(r"(a+)+\1b").unwrap();
+        let text = "a".repeat(5000);
+        assert!(matches!(s.pieces(&text), Err(Error::RegexRuntime(_))));
+    }
+}

@@ -1,0 +1,235 @@
+//! The Python extension `tokenmill._core`: thin PyO3 wrappers over the engine. Every call
+//! that does real work releases the GIL. Engine errors become Python exceptions in exactly
+//! one place, [`to_py_err`].
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::batch;
+use crate::encoder::Encoder;
+use crate::error::{Error, Rank};
+use crate::special::{SpecialPolicy, SpecialSet};
+
+/// The one mapping from engine errors to Python exceptions.
+fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
+    match e {
+        Error::DisallowedSpecial(token) => {
+            let repr = PyString::new(py, &token)
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| format!("{token:?}"));
+            PyValueError::new_err(format!(
+                "Encountered text corresponding to disallowed special token {repr}.\n\
+                 To encode it as the special token, pass it in `allowed_special` (e.g. `allowed_special={{{repr}}}` or `\"all\"`).\n\
+                 To encode it as ordinary text, leave it out of `disallowed_special` \
+                 (e.g. `disallowed_special=enc.special_tokens_set - {{{repr}}}`), \
+                 or pass `disallowed_special=()` to turn the check off for every special token."
+            ))
+        }
+        Error::UnknownToken(bytes) => PyKeyError::new_err(PyBytes::new(py, &bytes).unbind()),
+        Error::UnknownTokenId(id) => PyKeyError::new_err(format!("Invalid token for decoding: {id}")),
+        Error::ThreadPool(_) => PyRuntimeError::new_err(e.to_string()),
+        Error::InvalidPattern { .. }
+        | Error::InvalidVocabulary(_)
+        | Error::RegexRuntime(_)
+        | Error::UnencodableBytes(_) => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// Resolves tiktoken's `allowed_special` / `disallowed_special` arguments.
+fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_, PyAny>) -> PyResult<SpecialPolicy> {
+    let specials = enc.vocab().special_tokens();
+    let allowed = if let Ok(s) = allowed.cast::<PyString>() {
+        if s.to_str()? != "all" {
+            return Err(PyTypeError::new_err("allowed_special must be \"all\" or a set of strings"));
+        }
+        SpecialSet::All
+    } else {
+        let mut ids = FxHashSet::default();
+        for item in allowed.try_iter()? {
+            let item = item?;
+            let s = item.cast::<PyString>().map_err(|_| PyTypeError::new_err("allowed_special must contain strings"))?;
+            if let Some(&id) = specials.get(s.to_str()?) {
+                ids.insert(id);
+            }
+        }
+        if ids.is_empty() { SpecialSet::Nothing } else { SpecialSet::Ids(ids) }
+    };
+    let mut extra = Vec::new();
+    let disallowed = if let Ok(s) = disallowed.cast::<PyString>() {
+        if s.to_str()? != "all" {
+            return Err(PyTypeError::new_err("disallowed_special must be \"all\" or a collection of strings"));
+        }
+        SpecialSet::AllButAllowed
+    } else {
+        let mut ids = FxHashSet::default();
+        for item in disallowed.try_iter()? {
+            let item = item?;
+            let s = item.cast::<PyString>().map_err(|_| PyTypeError::new_err("disallowed_special must contain strings"))?;
+            let s = s.to_str()?;
+            match specials.get(s) {
+                Some(&id) => {
+                    ids.insert(id);
+                }
+                None => extra.push(s.to_string()),
+            }
+        }
+        if ids.is_empty() { SpecialSet::Nothing } else { SpecialSet::Ids(ids) }
+    };
+    Ok(SpecialPolicy { allowed, disallowed, extra_disallowed: extra })
+}
+
+fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
+    let mut raw = Vec::with_capacity(tokens.len() * 4);
+    for t in tokens {
+        raw.extend_from_slice(&t.to_ne_bytes());
+    }
+    PyBytes::new(py, &raw)
+}
+
+/// The compiled encoder behind `tokenmill.Encoding`.
+#[pyclass(frozen, module = "tokenmill._core", name = "CoreBPE")]
+pub struct PyCoreBPE {
+    inner: Arc<Encoder>,
+}
+
+#[pymethods]
+impl PyCoreBPE {
+    /// `CoreBPE(mergeable_ranks: dict[bytes, int], special_tokens: dict[str, int], pattern: str)`
+    #[new]
+    fn new(py: Python<'_>, mergeable_ranks: &Bound<'_, PyDict>, special_tokens: &Bound<'_, PyDict>, pattern: &str) -> PyResult<Self> {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        ranks.reserve(mergeable_ranks.len());
+        for (k, v) in mergeable_ranks.iter() {
+            let k = k.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("mergeable_ranks keys must be bytes"))?;
+            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("mergeable_ranks values must be ints in [0, 2**32)"))?;
+            ranks.insert(k.as_bytes().to_vec(), v);
+        }
+        let mut specials = Vec::with_capacity(special_tokens.len());
+        for (k, v) in special_tokens.iter() {
+            let k: String = k.extract().map_err(|_| PyTypeError::new_err("special_tokens keys must be str"))?;
+            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("special_tokens values must be ints in [0, 2**32)"))?;
+            specials.push((k, v));
+        }
+        let pattern = pattern.to_string();
+        let enc = py.detach(move || Encoder::new(ranks, specials, &pattern)).map_err(|e| to_py_err(py, e))?;
+        Ok(Self { inner: Arc::new(enc) })
+    }
+
+    fn encode_ordinary(&self, py: Python<'_>, text: &str) -> PyResult<Vec<Rank>> {
+        py.detach(|| self.inner.encode_ordinary(text)).map_err(|e| to_py_err(py, e))
+    }
+
+    fn encode(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).
+    fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
+        Ok(u32_bytes(py, &tokens))
+    }
+
+    #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
+    fn encode_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        let enc = &self.inner;
+        py.detach(|| batch::map(&texts, num_threads, |t| enc.encode(t, &policy))).map_err(|e| to_py_err(py, e))
+    }
+
+    #[pyo3(signature = (texts, num_threads))]
+    fn encode_ordinary_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
+        let enc = &self.inner;
+        py.detach(|| batch::map(&texts, num_threads, |t| enc.encode_ordinary(t))).map_err(|e| to_py_err(py, e))
+    }
+
+    fn encode_with_unstable(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        py.detach(|| self.inner.encode_with_unstable(text, &policy)).map_err(|e| to_py_err(py, e))
+    }
+
+    fn encode_single_token(&self, py: Python<'_>, piece: &[u8]) -> PyResult<Rank> {
+        self.inner.vocab().single_token(piece).map_err(|e| to_py_err(py, e))
+    }
+
+    fn encode_single_piece(&self, py: Python<'_>, piece: &[u8]) -> PyResult<Vec<Rank>> {
+        self.inner.encode_single_piece(piece).map_err(|e| to_py_err(py, e))
+    }
+
+    fn _encode_bytes(&self, py: Python<'_>, data: &[u8]) -> PyResult<Vec<Rank>> {
+        py.detach(|| self.inner.encode_bytes(data)).map_err(|e| to_py_err(py, e))
+    }
+
+    fn decode_bytes<'py>(&self, py: Python<'py>, tokens: Vec<Rank>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| self.inner.decode_bytes(&tokens)).map_err(|e| to_py_err(py, e))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    #[pyo3(signature = (batch, num_threads))]
+    fn decode_bytes_batch<'py>(&self, py: Python<'py>, batch: Vec<Vec<Rank>>, num_threads: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let enc = &self.inner;
+        let out = py
+            .detach(|| batch::map(&batch, num_threads, |t| enc.decode_bytes(t)))
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
+    }
+
+    fn decode_single_token_bytes<'py>(&self, py: Python<'py>, token: Rank) -> PyResult<Bound<'py, PyBytes>> {
+        match self.inner.vocab().token_bytes(token) {
+            Some(b) => Ok(PyBytes::new(py, b)),
+            None => Err(PyKeyError::new_err(token.to_string())),
+        }
+    }
+
+    fn decode_tokens_bytes<'py>(&self, py: Python<'py>, tokens: Vec<Rank>) -> PyResult<Bound<'py, PyList>> {
+        let vocab = self.inner.vocab();
+        let mut items = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            match vocab.token_bytes(t) {
+                Some(b) => items.push(PyBytes::new(py, b)),
+                None => return Err(PyKeyError::new_err(t.to_string())),
+            }
+        }
+        PyList::new(py, items)
+    }
+
+    fn token_byte_values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sorted = py.detach(|| self.inner.vocab().sorted_tokens());
+        PyList::new(py, sorted.iter().map(|b| PyBytes::new(py, b)))
+    }
+
+    /// The pieces the pre-tokenizer splits `text` into (a diagnostic).
+    fn split(&self, py: Python<'_>, text: &str) -> PyResult<Vec<String>> {
+        let pieces = py
+            .detach(|| self.inner.splitter().pieces(text).map(|v| v.into_iter().map(str::to_string).collect()))
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(pieces)
+    }
+
+    /// Whether the pattern runs on the fast DFA path (else on fancy-regex).
+    #[getter]
+    fn fast_pretokenizer(&self) -> bool {
+        self.inner.splitter().is_fast()
+    }
+}
+
+/// The number of cores batch calls may use.
+#[pyfunction]
+fn available_cores() -> usize {
+    batch::available_cores()
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCoreBPE>()?;
+    m.add_function(wrap_pyfunction!(available_cores, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! The vocabulary: mergeable byte strings with their ranks (= token ids), special tokens,
+//! and the reverse table for decoding, all built once at construction.
+
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Rank, Result};
+
+/// Ranks for byte strings plus a flat reverse table (id -> bytes) covering the mergeable
+/// tokens and the special tokens.
+pub struct Vocab {
+    ranks: FxHashMap<Vec<u8>, Rank>,
+    /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
+    byte_ranks: [Rank; 256],
+    special: FxHashMap<String, Rank>,
+    /// `decode_offsets[id]..decode_offsets[id + 1]` indexes `decode_bytes`;
+    /// `decode_known[id]` says whether the id exists at all.
+    decode_bytes: Vec<u8>,
+    decode_offsets: Vec<u32>,
+    decode_known: Vec<bool>,
+    special_ids: Vec<bool>,
+    sorted_tokens: OnceLock<Vec<Vec<u8>>>,
+}
+
+impl Vocab {
+    /// Builds a vocabulary. Two mergeable byte strings with one id are rejected (decoding
+    /// would be ambiguous). As in tiktoken, special tokens may share an id (o200k_harmony
+    /// names id 200018 twice) or reuse a mergeable id: decoding then prefers the mergeable
+    /// bytes, then the special token given first.
+    pub fn new(ranks: FxHashMap<Vec<u8>, Rank>, special_tokens: Vec<(String, Rank)>) -> Result<Self> {
+        let special: FxHashMap<String, Rank> = special_tokens.iter().cloned().collect();
+        let max_id = ranks
+            .values()
+            .chain(special.values())
+            .copied()
+            .max()
+            .map_or(0, |m| m as usize + 1);
+        if max_id > (u32::MAX as usize) {
+            return Err(Error::InvalidVocabulary("token id too large".into()));
+        }
+        let mut by_id: Vec<Option<&[u8]>> = vec![None; max_id];
+        let mut special_ids = vec![false; max_id];
+        for (bytes, &id) in &ranks {
+            if by_id[id as usize].replace(bytes).is_some() {
+                return Err(Error::InvalidVocabulary(format!(
+                    "token id {id} is assigned to more than one byte string"
+                )));
+            }
+        }
+        for (text, id) in &special_tokens {
+            let slot = &mut by_id[*id as usize];
+            if slot.is_none() {
+                *slot = Some(text.as_bytes());
+            }
+            special_ids[*id as usize] = true;
+        }
+        let total: usize = by_id.iter().map(|b| b.map_or(0, <[u8]>::len)).sum();
+        if total > u32::MAX as usize {
+            return Err(Error::InvalidVocabulary("vocabulary too large".into()));
+        }
+        let mut decode_bytes = Vec::with_capacity(total);
+        let mut decode_offsets = Vec::with_capacity(max_id + 1);
+        let mut decode_known = Vec::with_capacity(max_id);
+        decode_offsets.push(0);
+        for entry in &by_id {
+            if let Some(b) = entry {
+                decode_bytes.extend_from_slice(b);
+            }
+            decode_known.push(entry.is_some());
+            decode_offsets.push(decode_bytes.len() as u32);
+        }
+        let mut byte_ranks = [Rank::MAX; 256];
+        for (b, slot) in byte_ranks.iter_mut().enumerate() {
+            if let Some(&r) = ranks.get(&[b as u8][..]) {
+                *slot = r;
+            }
+        }
+        Ok(Self {
+            ranks,
+            byte_ranks,
+            special,
+            decode_bytes,
+            decode_offsets,
+            decode_known,
+            special_ids,
+            sorted_tokens: OnceLock::new(),
+        })
+    }
+
+    /// The rank of a mergeable byte string.
+    #[inline]
+    pub fn rank(&self, bytes: &[u8]) -> Option<Rank> {
+        if bytes.len() == 1 {
+            let r = self.byte_ranks[bytes[0] as usize];
+            return (r != Rank::MAX).then_some(r);
+        }
+        self.ranks.get(bytes).copied()
+    }
+
+    pub fn ranks(&self) -> &FxHashMap<Vec<u8>, Rank> {
+        &self.ranks
+    }
+
+    pub fn special_tokens(&self) -> &FxHashMap<String, Rank> {
+        &self.special
+    }
+
+    pub fn special_id(&self, text: &str) -> Option<Rank> {
+        self.special.get(text).copied()
+    }
+
+    pub fn is_special(&self, id: Rank) -> bool {
+        self.special_ids.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The bytes of any token (mergeable or special).
+    #[inline]
+    pub fn token_bytes(&self, id: Rank) -> Option<&[u8]> {
+        let i = id as usize;
+        if *self.decode_known.get(i)? {
+            let (a, b) = (self.decode_offsets[i] as usize, self.decode_offsets[i + 1] as usize);
+            Some(&self.decode_bytes[a..b])
+        } else {
+            None
+        }
+    }
+
+    /// Appends the bytes of `tokens` to `out`; fails on the first unknown id.
+    pub fn decode_into(&self, tokens: &[Rank], out: &mut Vec<u8>) -> Result<()> {
+        for &t in tokens {
+            out.extend_from_slice(self.token_bytes(t).ok_or(Error::UnknownTokenId(t))?);
+        }
+        Ok(())
+    }
+
+    pub fn decode(&self, tokens: &[Rank]) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(tokens.len() * 4);
+        self.decode_into(tokens, &mut out)?;
+        Ok(out)
+    }
+
+    /// All mergeable token byte strings, sorted (built on first use).
+    pub fn sorted_tokens(&self) -> &[Vec<u8>] {
+        self.sorted_tokens.get_or_init(|| {
+            let mut v: Vec<Vec<u8>> = self.ranks.keys().cloned().collect();
+            v.sort_unstable();
+            v
+        })
+    }
+
+    /// The id of a mergeable token, then of a special token (as tiktoken's
+    /// `encode_single_token`).
+    pub fn single_token(&self, bytes: &[u8]) -> Result<Rank> {
+        if let Some(r) = self.ranks.get(bytes) {
+            return Ok(*r);
+        }
+        std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| self.special.get(s).copied())
+            .ok_or_else(|| Error::UnknownToken(bytes.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Vocab {
+        let mut ranks = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        ranks.insert(b"ab".to_vec(), 256);
+        Vocab::new(ranks, vec![("<|end|>".to_string(), 300)]).unwrap()
+    }
+
+    #[test]
+    fn decodes_mergeable_and_special_and_rejects_gaps() {
+        let v = small();
+        assert_eq!(v.decode(&[256, 99, 300]).unwrap(), b"abc<|end|>");
+        assert_eq!(v.decode(&[257]), Err(Error::UnknownTokenId(257)));
+        assert_eq!(v.decode(&[100_000]), Err(Error::UnknownTokenId(100_000)));
+        assert!(v.is_special(300) && !v.is_special(256) && !v.is_special(9999));
+    }
+
+    #[test]
+    fn rejects_duplicate_ids() {
+        let mut ranks = FxHashMap::default();
+        ranks.insert(b"a".to_vec(), 0);
+        ranks.insert(b"b".to_vec(), 0);
+        assert!(matches!(
+            Vocab::new(ranks, vec![]),
+            Err(Error::InvalidVocabulary(_))
+        ));
+    }
+
+    #[test]
+    fn special_tokens_may_share_ids_first_one_decodes() {
+        let mut ranks = FxHashMap::default();
+        ranks.insert(b"a".to_vec(), 0);
+        let specials = vec![("<s>".to_string(), 0), ("<x>".to_string(), 5), ("<y>".to_string(), 5)];
+        let v = Vocab::new(ranks, specials).unwrap();
+        assert_eq!(v.decode(&[0, 5]).unwrap(), b"a<x>");
+        assert_eq!(v.special_id("<y>"), Some(5));
+    }
+
+    #[test]
+    fn single_token_lookup() {
+        let v = small();
+        assert_eq!(v.single_token(b"ab").unwrap(), 256);
+        assert_eq!(v.single_token(b"<|end|>").unwrap(), 300);
+        assert!(v.single_token(b"abc").is_err());
+        assert_eq!(v.rank(b"a"), Some(97));
+    }
+}

@@ -1,0 +1,300 @@
+"""Decoding entry points compared with tiktoken: results and exception types."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parity_utils import assert_same_outcome
+from text_strategies import fragment_text_valid
+
+ERRORS_MODES = ["replace", "ignore", "strict", "backslashreplace", "surrogateescape"]
+
+
+_ID_TABLES: dict = {}
+
+
+def _id_tables(tt):
+    """(valid ids, ids whose bytes are not valid UTF-8 on their own, unknown ids in range)."""
+    if tt.name not in _ID_TABLES:
+        _ID_TABLES[tt.name] = _compute_id_tables(tt)
+    return _ID_TABLES[tt.name]
+
+
+def _compute_id_tables(tt):
+    ordinary = sorted(tt._mergeable_ranks.values())
+    special = sorted(tt._special_tokens.values())
+    valid = sorted(set(ordinary) | set(special))
+    partial = []
+    for token_bytes, rank in tt._mergeable_ranks.items():
+        try:
+            token_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            partial.append(rank)
+    partial.sort()
+    valid_set = set(valid)
+    holes = [i for i in range(tt.max_token_value + 1) if i not in valid_set]
+    return valid, partial, holes
+
+
+def _id_lists(tt):
+    valid, partial, _ = _id_tables(tt)
+    one_id = st.one_of(st.sampled_from(valid), st.sampled_from(partial))
+    return st.lists(one_id, max_size=40)
+
+
+def _compare_all_decoders(tm, tt, ids):
+    for errors in ERRORS_MODES:
+        assert_same_outcome(lambda: tm.decode(ids, errors=errors),
+                            lambda: tt.decode(ids, errors=errors),
+                            context=f"decode({ids}, errors={errors!r})")
+    assert_same_outcome(lambda: tm.decode(ids), lambda: tt.decode(ids), context=f"decode({ids})")
+    assert_same_outcome(lambda: tm.decode_bytes(ids), lambda: tt.decode_bytes(ids),
+                        context=f"decode_bytes({ids})")
+    assert_same_outcome(lambda: tm.decode_tokens_bytes(ids), lambda: tt.decode_tokens_bytes(ids),
+                        context=f"decode_tokens_bytes({ids})")
+    assert_same_outcome(lambda: tm.decode_with_offsets(ids), lambda: tt.decode_with_offsets(ids),
+                        context=f"decode_with_offsets({ids})")
+
+
+# ----------------------------------------------------------------------------------------
+# Random id sequences (valid ids, including partial UTF-8 tokens and special tokens)
+# ----------------------------------------------------------------------------------------
+
+
+@given(data=st.data())
+def test_hyp_decode_random_ids(encs, data):
+    tm, tt = encs
+    ids = data.draw(_id_lists(tt))
+    _compare_all_decoders(tm, tt, ids)
+
+
+@given(data=st.data())
+def test_hyp_decode_batch_random_ids(encs, data):
+    tm, tt = encs
+    batch = data.draw(st.lists(_id_lists(tt), max_size=8))
+    for errors in ("replace", "ignore", "strict"):
+        assert_same_outcome(lambda: tm.decode_batch(batch, errors=errors),
+                            lambda: tt.decode_batch(batch, errors=errors))
+    assert_same_outcome(lambda: tm.decode_batch(batch), lambda: tt.decode_batch(batch))
+    assert_same_outcome(lambda: tm.decode_batch(batch, num_threads=1),
+                        lambda: tt.decode_batch(batch, num_threads=1))
+    assert_same_outcome(lambda: tm.decode_bytes_batch(batch),
+                        lambda: tt.decode_bytes_batch(batch))
+    assert_same_outcome(lambda: tm.decode_bytes_batch(batch, num_threads=2),
+                        lambda: tt.decode_bytes_batch(batch, num_threads=2))
+
+
+@given(text=fragment_text_valid)
+def test_hyp_decode_with_offsets_of_encoded_text(encs, text):
+    tm, tt = encs
+    ids = tt.encode(text, allowed_special="all")
+    assert tm.decode_with_offsets(ids) == tt.decode_with_offsets(ids)
+    assert tm.decode_tokens_bytes(ids) == tt.decode_tokens_bytes(ids)
+    assert tm.decode(ids) == text
+
+
+# ----------------------------------------------------------------------------------------
+# Sequences that split multi-byte characters
+# ----------------------------------------------------------------------------------------
+
+SPLIT_TEXTS = ["é", "中", "😀", "a中b", "😀😀", "e\u0301", "👩\u200d💻", "\U0010ffff", "\ufeff"]
+
+
+@pytest.mark.parametrize("text", SPLIT_TEXTS)
+def test_decode_split_multibyte(encs, text):
+    tm, tt = encs
+    raw = text.encode("utf-8")
+    byte_ids = [tt.encode_single_token(bytes([b])) for b in raw]
+    sequences = [byte_ids[:k] for k in range(len(byte_ids) + 1)]
+    sequences += [byte_ids[k:] for k in range(len(byte_ids))]
+    sequences += [byte_ids[1:] + byte_ids[:1], byte_ids[::-1], byte_ids[:-1] * 2]
+    sequences += [byte_ids[:-1] + [tt.eot_token] + byte_ids[-1:]]
+    for seq in sequences:
+        _compare_all_decoders(tm, tt, seq)
+
+
+def test_decode_every_partial_token(encs):
+    """Each token that is not valid UTF-8 by itself, alone and followed by 'a'."""
+    tm, tt = encs
+    _, partial, _ = _id_tables(tt)
+    a = tt.encode_single_token("a")
+    for i in partial:
+        for ids in ([i], [i, a], [a, i, i]):
+            for errors in ("replace", "ignore", "strict"):
+                assert_same_outcome(lambda: tm.decode(ids, errors=errors),
+                                    lambda: tt.decode(ids, errors=errors),
+                                    context=f"decode({ids}, errors={errors!r})")
+    batch = [[i, a] for i in partial]
+    assert tm.decode_batch(batch) == tt.decode_batch(batch)
+    assert tm.decode_bytes_batch(batch) == tt.decode_bytes_batch(batch)
+
+
+# ----------------------------------------------------------------------------------------
+# Every token, special ids, token_byte_values
+# ----------------------------------------------------------------------------------------
+
+
+def test_decode_single_token_bytes_every_token(encs):
+    tm, tt = encs
+    valid, _, _ = _id_tables(tt)
+    for i in valid:
+        assert tm.decode_single_token_bytes(i) == tt.decode_single_token_bytes(i), i
+    assert tm.decode_tokens_bytes(valid) == tt.decode_tokens_bytes(valid)
+    assert tm.decode_bytes(valid) == tt.decode_bytes(valid)
+
+
+def test_token_byte_values(encs):
+    tm, tt = encs
+    assert tm.token_byte_values() == tt.token_byte_values()
+
+
+def test_decode_special_ids(encs):
+    tm, tt = encs
+    for s, i in tt._special_tokens.items():
+        for ids in ([i], [i, i], [tt.encode_single_token("a"), i], [i, 0]):
+            _compare_all_decoders(tm, tt, ids)
+        assert tm.decode([i]) == s
+        assert tm.decode_single_token_bytes(i) == s.encode()
+
+
+# ----------------------------------------------------------------------------------------
+# Invalid ids and wrong types: same exception type as tiktoken
+# ----------------------------------------------------------------------------------------
+
+
+def _bad_ids(encs):
+    _, _, holes = _id_tables(encs.tt)
+    n = encs.tt.max_token_value + 1
+    unknown = holes[:3] + holes[-3:] + [n, n + 1, n + 1000, 2**31 - 1, 2**32 - 1]
+    overflow = [-1, -(2**31), -(2**63), -(2**64), 2**32, 2**63, 2**64, 10**30]
+    return unknown, overflow
+
+
+def test_decode_unknown_and_out_of_range_ids(encs):
+    tm, tt = encs
+    unknown, overflow = _bad_ids(encs)
+    good = tt.encode_single_token("a")
+    for bad in unknown + overflow:
+        for ids in ([bad], [good, bad], [bad, good]):
+            for fn in ("decode", "decode_bytes", "decode_tokens_bytes", "decode_with_offsets"):
+                assert_same_outcome(lambda: getattr(tm, fn)(ids), lambda: getattr(tt, fn)(ids),
+                                    context=f"{fn}({ids})")
+        assert_same_outcome(lambda: tm.decode_single_token_bytes(bad),
+                            lambda: tt.decode_single_token_bytes(bad),
+                            context=f"decode_single_token_bytes({bad})")
+        batch = [[good], [good, bad]]
+        assert_same_outcome(lambda: tm.decode_batch(batch), lambda: tt.decode_batch(batch),
+                            context=f"decode_batch({batch})")
+        assert_same_outcome(lambda: tm.decode_bytes_batch(batch),
+                            lambda: tt.decode_bytes_batch(batch),
+                            context=f"decode_bytes_batch({batch})")
+    # the documented contract, independently of the comparison above
+    for bad in unknown:
+        with pytest.raises(KeyError):
+            tm.decode([bad])
+        with pytest.raises(KeyError):
+            tm.decode_bytes([bad])
+        with pytest.raises(KeyError):
+            tm.decode_single_token_bytes(bad)
+
+
+WRONG_TYPE_INPUTS = {
+    "None": lambda: None,
+    "str": lambda: "ab",
+    "bytes": lambda: b"ab",
+    "int": lambda: 5,
+    "float_item": lambda: [1.5],
+    "str_item": lambda: ["a"],
+    "None_item": lambda: [None],
+    "list_item": lambda: [[1]],
+    "bytes_item": lambda: [b"x"],
+    "iterator": lambda: iter([1, 2]),
+    "generator": lambda: (i for i in [1, 2]),
+    "dict": lambda: {1: 2},
+    "set": lambda: {1, 2},
+}
+
+
+@pytest.mark.parametrize("make", list(WRONG_TYPE_INPUTS.values()), ids=list(WRONG_TYPE_INPUTS))
+def test_decode_wrong_types(encs, make):
+    tm, tt = encs
+    for fn in ("decode", "decode_bytes", "decode_tokens_bytes", "decode_with_offsets"):
+        assert_same_outcome(lambda: getattr(tm, fn)(make()), lambda: getattr(tt, fn)(make()),
+                            context=f"{fn}({make()!r})")
+
+
+@pytest.mark.parametrize("value", [1.5, "1", None, b"1"], ids=repr)
+def test_decode_single_token_bytes_wrong_types(encs, value):
+    tm, tt = encs
+    assert_same_outcome(lambda: tm.decode_single_token_bytes(value),
+                        lambda: tt.decode_single_token_bytes(value))
+
+
+def test_decode_bogus_error_handler(encs):
+    tm, tt = encs
+    a = tt.encode_single_token("a")
+    partial = _id_tables(tt)[1][0]
+    for ids in ([a], [partial]):
+        assert_same_outcome(lambda: tm.decode(ids, errors="no_such_handler"),
+                            lambda: tt.decode(ids, errors="no_such_handler"),
+                            context=f"decode({ids}, errors='no_such_handler')")
+
+
+# ----------------------------------------------------------------------------------------
+# Input containers: tuples, numpy arrays, empty inputs
+# ----------------------------------------------------------------------------------------
+
+
+def test_decode_accepts_sequences_and_numpy(encs):
+    tm, tt = encs
+    text = "hello world, 你好 😀"
+    ids = tt.encode(text)
+    arr = tt.encode_to_numpy(text)
+    for value in (tuple(ids), arr, np.array(ids, dtype=np.int64), [np.uint32(i) for i in ids],
+                  tm.encode_to_numpy(text), range(0, 0)):
+        assert_same_outcome(lambda: tm.decode(value), lambda: tt.decode(value),
+                            context=f"decode({type(value).__name__})")
+        assert_same_outcome(lambda: tm.decode_bytes(value), lambda: tt.decode_bytes(value),
+                            context=f"decode_bytes({type(value).__name__})")
+        assert_same_outcome(lambda: tm.decode_with_offsets(value),
+                            lambda: tt.decode_with_offsets(value),
+                            context=f"decode_with_offsets({type(value).__name__})")
+    assert tm.decode(tm.encode_to_numpy(text)) == text
+
+
+def test_empty_inputs(encs):
+    tm, tt = encs
+    assert tm.decode([]) == tt.decode([]) == ""
+    assert tm.decode([], errors="strict") == ""
+    assert tm.decode_bytes([]) == tt.decode_bytes([]) == b""
+    assert tm.decode_tokens_bytes([]) == tt.decode_tokens_bytes([]) == []
+    assert tm.decode_with_offsets([]) == tt.decode_with_offsets([]) == ("", [])
+    assert tm.decode_batch([]) == tt.decode_batch([]) == []
+    assert tm.decode_batch([[]]) == tt.decode_batch([[]]) == [""]
+    assert tm.decode_batch([[], []], num_threads=1) == ["", ""]
+    assert tm.decode_bytes_batch([]) == tt.decode_bytes_batch([]) == []
+    assert tm.decode_bytes_batch([[]]) == tt.decode_bytes_batch([[]]) == [b""]
+    assert tm.encode_batch([]) == tt.encode_batch([]) == []
+    assert tm.encode_ordinary_batch([]) == tt.encode_ordinary_batch([]) == []
+    assert tm.encode_batch([""]) == tt.encode_batch([""]) == [[]]
+    arr = tm.encode_to_numpy("")
+    assert arr.dtype == np.uint32 and arr.shape == (0,)
+
+
+def test_decode_with_offsets_values(encs):
+    tm, tt = encs
+    for text in ["hello world", "我非常渴望与人工智能一起工作", "😀 a 😀😀", "e\u0301e\u0301",
+                 "<|endoftext|> x", "\n\n  x  ", "ab" * 50]:
+        ids = tt.encode(text, allowed_special="all")
+        assert tm.decode_with_offsets(ids) == tt.decode_with_offsets(ids), text
+    # offsets when a token boundary splits a character: bytes of the same character
+    raw_ids = [tt.encode_single_token(bytes([b])) for b in "a中😀b".encode()]
+    assert_same_outcome(lambda: tm.decode_with_offsets(raw_ids),
+                        lambda: tt.decode_with_offsets(raw_ids))
+    # invalid UTF-8 -> tiktoken raises (UnicodeDecodeError)
+    res = assert_same_outcome(lambda: tm.decode_with_offsets(raw_ids[:2]),
+                              lambda: tt.decode_with_offsets(raw_ids[:2]))
+    assert res[0] == "err" and isinstance(res[1], UnicodeDecodeError)
