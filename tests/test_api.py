@@ -1,0 +1,607 @@
+"""Public API surface: README examples, members and signatures, pickling, construction of
+custom encodings, argument validation, batch encoding (threads, fork)."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import inspect
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tiktoken
+import tokenmill
+from parity_utils import assert_ids_equal, assert_same_outcome
+from text_strategies import fragment_text, valid_text
+
+# ----------------------------------------------------------------------------------------
+# tiktoken's README examples, run unchanged against both modules
+# ----------------------------------------------------------------------------------------
+
+
+def _readme_basic(tiktoken):  # noqa: A002 - the point is to shadow the module name
+    enc = tiktoken.get_encoding("o200k_base")
+    assert enc.decode(enc.encode("hello world")) == "hello world"
+
+    # To get the tokeniser corresponding to a specific model in the OpenAI API:
+    enc = tiktoken.encoding_for_model("gpt-4o")
+    return enc.name, enc.encode("hello world"), enc.decode(enc.encode("hello world"))
+
+
+def _readme_extending(tiktoken):  # noqa: A002
+    cl100k_base = tiktoken.get_encoding("cl100k_base")
+
+    # In production, load the arguments directly instead of accessing private attributes
+    # See openai_public.py for examples of arguments for specific encodings
+    enc = tiktoken.Encoding(
+        # If you're changing the set of special tokens, make sure to use a different name
+        # It should be clear from the name what behaviour to expect.
+        name="cl100k_im",
+        pat_str=cl100k_base._pat_str,
+        mergeable_ranks=cl100k_base._mergeable_ranks,
+        special_tokens={
+            **cl100k_base._special_tokens,
+            "<|im_start|>": 100264,
+            "<|im_end|>": 100265,
+        },
+    )
+    text = "<|im_start|>user\nhello world<|im_end|>\n<|endoftext|>"
+    return (
+        enc.name,
+        enc.n_vocab,
+        enc.max_token_value,
+        sorted(enc.special_tokens_set),
+        enc.encode(text, allowed_special="all"),
+        enc.encode(text, disallowed_special=()),
+        enc.decode(enc.encode(text, allowed_special="all")),
+    )
+
+
+def test_readme_basic_example(o200k):
+    assert _readme_basic(tokenmill) == _readme_basic(tiktoken)
+
+
+def test_readme_extending_example(cl100k):
+    got = _readme_extending(tokenmill)
+    assert got == _readme_extending(tiktoken)
+    assert got[0] == "cl100k_im"
+    assert got[-1] == "<|im_start|>user\nhello world<|im_end|>\n<|endoftext|>"
+
+
+def test_docstring_example_values(get_pair):
+    """Values printed in tiktoken's docstrings (gpt2/r50k ids), on both libraries."""
+    tm, tt = get_pair("r50k_base")
+    for enc in (tm, tt):
+        assert enc.encode("hello world") == [31373, 995]
+        assert enc.encode("<|endoftext|>", allowed_special={"<|endoftext|>"}) == [50256]
+        assert enc.encode("<|endoftext|>", allowed_special="all") == [50256]
+        assert enc.encode("<|endoftext|>", disallowed_special=()) == [
+            27, 91, 437, 1659, 5239, 91, 29]
+        assert enc.encode_ordinary_batch(["hello world", "goodbye world"]) == [
+            [31373, 995], [11274, 16390, 995]]
+        assert enc.decode_bytes([31373, 995]) == b"hello world"
+        assert enc.decode_tokens_bytes([31373, 995]) == [b"hello", b" world"]
+        assert enc.decode_with_offsets([31373, 995]) == ("hello world", [0, 5])
+        assert enc.encode_single_token("hello") == 31373
+        assert enc.decode_single_token_bytes(31373) == b"hello"
+        with pytest.raises(ValueError):
+            enc.encode("<|endoftext|>")
+
+
+# ----------------------------------------------------------------------------------------
+# Members, signatures, basic properties
+# ----------------------------------------------------------------------------------------
+
+REQUIRED_MEMBERS = [
+    "encode", "encode_ordinary", "encode_batch", "encode_ordinary_batch", "encode_to_numpy",
+    "encode_with_unstable", "encode_single_token", "decode", "decode_bytes",
+    "decode_single_token_bytes", "decode_tokens_bytes", "decode_with_offsets", "decode_batch",
+    "decode_bytes_batch", "token_byte_values", "is_special_token", "name", "n_vocab",
+    "max_token_value", "eot_token", "special_tokens_set", "_pat_str", "_mergeable_ranks",
+    "_special_tokens", "_encode_single_piece", "_encode_bytes",
+]
+
+MODULE_MEMBERS = [
+    "Encoding", "get_encoding", "encoding_for_model", "encoding_name_for_model",
+    "list_encoding_names", "load_tiktoken_bpe", "dump_tiktoken_bpe",
+]
+
+
+def test_module_members():
+    for name in MODULE_MEMBERS:
+        assert hasattr(tokenmill, name), name
+    for name in ("Encoding", "get_encoding", "encoding_for_model", "encoding_name_for_model",
+                 "list_encoding_names"):
+        assert callable(getattr(tokenmill, name))
+
+
+def test_encoding_members(encs):
+    tm, tt = encs
+    public_tt = {n for n in dir(tt) if not n.startswith("_")}
+    public_tm = set(dir(tm))
+    assert public_tt - public_tm == set(), "missing on tokenmill.Encoding"
+    for name in REQUIRED_MEMBERS:
+        assert hasattr(tm, name), name
+    assert isinstance(tm, tokenmill.Encoding)
+
+
+_METHODS = [
+    "encode", "encode_ordinary", "encode_batch", "encode_ordinary_batch", "encode_to_numpy",
+    "encode_with_unstable", "encode_single_token", "decode", "decode_bytes",
+    "decode_single_token_bytes", "decode_tokens_bytes", "decode_with_offsets", "decode_batch",
+    "decode_bytes_batch", "token_byte_values", "is_special_token", "_encode_single_piece",
+    "_encode_bytes", "__init__",
+]
+
+
+@pytest.mark.parametrize("method", _METHODS)
+def test_method_signatures(method):
+    """Parameter names, kinds and defaults match tiktoken.Encoding's."""
+    tt_sig = inspect.signature(getattr(tiktoken.Encoding, method))
+    tm_sig = inspect.signature(getattr(tokenmill.Encoding, method))
+
+    def shape(sig):
+        return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+    assert shape(tm_sig) == shape(tt_sig), f"{method}: {tm_sig} != {tt_sig}"
+
+
+def test_properties(encs):
+    tm, tt = encs
+    assert tm.name == tt.name
+    assert tm.n_vocab == tt.n_vocab
+    assert tm.max_token_value == tt.max_token_value
+    assert tm.eot_token == tt.eot_token
+    assert repr(tm) == repr(tt) == f"<Encoding {tt.name!r}>"
+    assert tm._pat_str == tt._pat_str
+    assert tm._special_tokens == tt._special_tokens
+    assert tm._mergeable_ranks == tt._mergeable_ranks
+    assert isinstance(tm.n_vocab, int) and isinstance(tm.max_token_value, int)
+
+
+# ----------------------------------------------------------------------------------------
+# Pickling
+# ----------------------------------------------------------------------------------------
+
+SAMPLE = "hello world! <|endoftext|> 你好 😀 'LL \r\n  x"
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_pickle_registered_encoding(encs, protocol):
+    tm, tt = encs
+    data = pickle.dumps(tm, protocol=protocol)
+    # registered encodings are pickled by reference (their name), as in tiktoken
+    assert len(data) < 1000, len(data)
+    loaded = pickle.loads(data)
+    assert isinstance(loaded, tokenmill.Encoding)
+    assert loaded.name == tm.name
+    assert loaded.n_vocab == tm.n_vocab
+    assert loaded.special_tokens_set == tm.special_tokens_set
+    assert loaded.encode(SAMPLE, allowed_special="all") == tt.encode(SAMPLE, allowed_special="all")
+    assert loaded.encode_ordinary_batch([SAMPLE] * 3) == [tt.encode_ordinary(SAMPLE)] * 3
+
+
+def _custom_im(module):
+    base = module.get_encoding("cl100k_base")
+    return module.Encoding(
+        name="cl100k_im_test",
+        pat_str=base._pat_str,
+        mergeable_ranks=base._mergeable_ranks,
+        special_tokens={**base._special_tokens, "<|im_start|>": 100264, "<|im_end|>": 100265},
+    )
+
+
+def test_pickle_custom_encoding(cl100k):
+    tm = _custom_im(tokenmill)
+    tt = _custom_im(tiktoken)
+    text = "<|im_start|>hi<|im_end|>" + SAMPLE
+    for protocol in (2, pickle.DEFAULT_PROTOCOL, pickle.HIGHEST_PROTOCOL):
+        loaded = pickle.loads(pickle.dumps(tm, protocol=protocol))
+        assert isinstance(loaded, tokenmill.Encoding)
+        assert loaded.name == "cl100k_im_test"
+        assert loaded._special_tokens == tt._special_tokens
+        assert loaded._pat_str == tt._pat_str
+        assert loaded.max_token_value == tt.max_token_value
+        assert loaded.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
+        assert loaded.decode(tt.encode(text, allowed_special="all")) == text
+
+
+def test_copy_and_deepcopy(cl100k):
+    tm = _custom_im(tokenmill)
+    tt = _custom_im(tiktoken)
+    for clone in (copy.copy(tm), copy.deepcopy(tm)):
+        assert clone.name == tm.name
+        assert clone.encode(SAMPLE, allowed_special="all") == tt.encode(
+            SAMPLE, allowed_special="all")
+
+
+def test_pickle_in_subprocess_pool(cl100k):
+    """The usual reason to pickle: ship the encoding to worker processes."""
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        ctx = mp.get_context("spawn")
+    else:
+        ctx = mp.get_context("spawn")  # a fresh interpreter: unpickling must load by name
+    tm, tt = cl100k
+    texts = [SAMPLE, "second text", ""]
+    with ctx.Pool(1) as pool:
+        got = pool.map(_encode_ordinary_worker, [(tm, t) for t in texts], chunksize=1)
+    assert got == [tt.encode_ordinary(t) for t in texts]
+
+
+def _encode_ordinary_worker(args):
+    enc, text = args
+    return enc.encode_ordinary(text)
+
+
+# ----------------------------------------------------------------------------------------
+# Constructing encodings
+# ----------------------------------------------------------------------------------------
+
+CL100K_LIKE_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+CUSTOM_PATTERNS = {
+    "cl100k_like": CL100K_LIKE_PAT,
+    "gpt2_original": (
+        r"""'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}]+| ?[\p{N}]+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    ),
+    "simple_split": r"""\S+|\s+""",
+    "words_digits": r"""[A-Za-z]+|[0-9]|[^A-Za-z0-9]""",
+}
+
+
+def _train_bpe(text: str, pat: str, n_merges: int) -> dict:
+    """A tiny, deterministic byte-level BPE trainer (no external data)."""
+    import regex
+
+    counts = collections.Counter(regex.findall(pat, text))
+    ranks = {bytes([i]): i for i in range(256)}
+    seqs = {w: [bytes([b]) for b in w.encode("utf-8")] for w in counts}
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for w, c in counts.items():
+            s = seqs[w]
+            for a, b in zip(s, s[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merged = a + b
+        if merged not in ranks:
+            ranks[merged] = len(ranks)
+        for w in counts:
+            s = seqs[w]
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
+                    out.append(merged)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[w] = out
+    return ranks
+
+
+_TRAIN_TEXT = (
+    "The quick brown fox jumps over the lazy dog. " * 20
+    + "def encode(self, text):\n    return self._core_bpe.encode(text)\n" * 20
+    + "tokenization tokenizer tokens token tokenize retokenize\n" * 20
+    + "I'll don't we've they're it's she'd I'm " * 10
+    + "1234567890 3.14159 2024-01-01 " * 10
+    + "中文字符 日本語のテキスト 한국어 텍스트 Привет мир γειά σου κόσμε " * 10
+    + "😀😃😄 👍🏽 🇺🇸 \t\t\n\n\r\n    " * 10
+)
+
+
+@pytest.fixture(scope="module", params=sorted(CUSTOM_PATTERNS))
+def custom_pair(request):
+    pat = CUSTOM_PATTERNS[request.param]
+    ranks = _train_bpe(_TRAIN_TEXT, pat, 300)
+    n = len(ranks)
+    specials = {"<|endoftext|>": n, "<|pad|>": n + 1, "<|sep|>": n + 5}
+    kwargs = dict(name=f"custom_{request.param}", pat_str=pat, mergeable_ranks=ranks,
+                  special_tokens=specials)
+    return tokenmill.Encoding(**kwargs), tiktoken.Encoding(**kwargs)
+
+
+CUSTOM_TEXTS = [
+    "", "The quick brown fox", "tokenization of the lazy dog's text", "I'LL DON'T",
+    "def f():\n\treturn 1\r\n", "中文 한국어 😀 👍🏽", "   leading and trailing   ",
+    "<|endoftext|> and <|sep|> and <|pad|>", "numbers 1234567 3.14", "\n\n\n", "x" * 5000,
+]
+
+
+def test_custom_encoding_matches_tiktoken(custom_pair):
+    tm, tt = custom_pair
+    assert tm.n_vocab == tt.n_vocab
+    assert tm.max_token_value == tt.max_token_value
+    assert tm.special_tokens_set == tt.special_tokens_set
+    assert tm.token_byte_values() == tt.token_byte_values()
+    for text in CUSTOM_TEXTS:
+        assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+        assert_same_outcome(lambda: tm.encode(text), lambda: tt.encode(text))
+        assert tm.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
+        assert tm.decode(tm.encode(text, allowed_special="all")) == text
+    assert tm.encode_batch(CUSTOM_TEXTS, allowed_special="all") == [
+        tt.encode(t, allowed_special="all") for t in CUSTOM_TEXTS]
+    for unknown in (n for n in (tt.max_token_value - 1, tt.max_token_value + 1)):
+        assert_same_outcome(lambda: tm.decode([unknown]), lambda: tt.decode([unknown]))
+
+
+@given(text=st.one_of(fragment_text, valid_text))
+def test_hyp_custom_encoding(custom_pair, text):
+    tm, tt = custom_pair
+    assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+    assert tm.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
+
+
+def test_custom_encoding_corpus(custom_pair, corpus):
+    tm, tt = custom_pair
+    texts = corpus.texts[:20] + corpus.docstrings[:300]
+    got = tm.encode_ordinary_batch(texts)
+    for text, g in zip(texts, got):
+        assert_ids_equal(g, tt.encode_ordinary(text), text, tt)
+
+
+def test_custom_encoding_unusual_ranks():
+    """Ranks that do not follow merge order, byte tokens not at 0..255, unreachable tokens:
+    tiktoken's algorithm is defined for any rank table, and tokenmill must agree with it."""
+    rank_list = [bytes([i]) for i in range(256)]
+    rank_list.reverse()  # byte b has rank 255 - b
+    extra = [b"abc", b"ab", b"bc", b"xyz", b"xy", b" the", b"the", b"th", b"he", b" t",
+             b"aaaa", b"aa", b"\xe4\xb8", b"\xe4\xb8\xad"]
+    ranks = {}
+    for i, tok in enumerate(extra[:5] + rank_list + extra[5:]):
+        ranks.setdefault(tok, len(ranks))
+    kw = dict(name="weird_ranks", pat_str=CL100K_LIKE_PAT, mergeable_ranks=ranks,
+              special_tokens={"<|endoftext|>": len(ranks) + 10})
+    tm, tt = tokenmill.Encoding(**kw), tiktoken.Encoding(**kw)
+    texts = ["abc", "abcabc", "xyz xyzz", "the theme the", "aaaaaaaaa", "中中文", "bcab",
+             "thethethe", " t t the"]
+    for text in texts:
+        assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+    assert tm.n_vocab == tt.n_vocab
+
+
+def test_pretrained_prefix_vocabulary(cl100k):
+    """The first 5000 ranks of cl100k_base (a closed prefix) with its pattern."""
+    _, tt_full = cl100k
+    ranks = {k: v for k, v in tt_full._mergeable_ranks.items() if v < 5000}
+    kw = dict(name="cl5k", pat_str=tt_full._pat_str, mergeable_ranks=ranks,
+              special_tokens={"<|endoftext|>": 5000})
+    tm, tt = tokenmill.Encoding(**kw), tiktoken.Encoding(**kw)
+    for text in CUSTOM_TEXTS + ["Supercalifragilisticexpialidocious " * 50]:
+        assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+
+
+def test_explicit_n_vocab():
+    ranks = {bytes([i]): i for i in range(256)}
+    specials = {"<|endoftext|>": 256}
+    kw = dict(name="nv", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens=specials)
+    enc = tokenmill.Encoding(**kw, explicit_n_vocab=257)
+    assert enc.n_vocab == 257
+    with pytest.raises((AssertionError, ValueError)):
+        tiktoken.Encoding(**kw, explicit_n_vocab=300)
+    with pytest.raises((AssertionError, ValueError)):
+        tokenmill.Encoding(**kw, explicit_n_vocab=300)
+    with pytest.raises((AssertionError, ValueError)):
+        tokenmill.Encoding(**kw, explicit_n_vocab=256)
+    # the count matches but the largest id does not
+    kw_gap = dict(kw, special_tokens={"<|endoftext|>": 300})
+    with pytest.raises((AssertionError, ValueError)):
+        tiktoken.Encoding(**kw_gap, explicit_n_vocab=257)
+    with pytest.raises((AssertionError, ValueError)):
+        tokenmill.Encoding(**kw_gap, explicit_n_vocab=257)
+    # explicit_n_vocab=None (and 0, which tiktoken treats as "not given") skip the check
+    assert tokenmill.Encoding(**kw_gap, explicit_n_vocab=None).n_vocab == 301
+    assert tokenmill.Encoding(**kw_gap).n_vocab == 301
+
+
+@pytest.mark.parametrize(
+    "pat", ["(", "[a-", "(?<", r"\p{NotAProperty}", "*", "a)", "[[:nope:]]"],
+)
+def test_invalid_pat_str_raises_value_error(pat):
+    ranks = {bytes([i]): i for i in range(256)}
+    kw = dict(name="bad", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+    tt_res = assert_same_outcome(lambda: tokenmill.Encoding(**kw), lambda: tiktoken.Encoding(**kw),
+                                 normalize=lambda e: e.name)
+    if tt_res[0] == "err":
+        with pytest.raises(ValueError) as info:
+            tokenmill.Encoding(**kw)
+        assert str(info.value), "the ValueError should carry the regex error"
+
+
+@pytest.mark.parametrize(
+    "pat",
+    [r"(\w)\1|\w|\s+", r"(?<=a)b|\w|\s+", r"(?>ab|a)|\w|\s+", r"a++b|\w|\s+", r"(?i)k+|\w|\s+",
+     r"\s+(?=\S)|\S+|\s+", r"(?<!x)y+|\w|\s+"],
+    ids=["backreference", "lookbehind", "atomic_group", "possessive", "case_insensitive",
+         "lookahead", "negative_lookbehind"],
+)
+def test_pattern_features_tiktoken_supports(pat):
+    """Patterns tiktoken (fancy-regex) accepts must give the same splits in tokenmill."""
+    ranks = {bytes([i]): i for i in range(256)}
+    for tok in (b"aa", b"ab", b"yy", b"kK", b"  "):
+        ranks[tok] = len(ranks)
+    kw = dict(name="features", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+    tt = tiktoken.Encoding(**kw)
+    tm = tokenmill.Encoding(**kw)
+    for text in ["aab ab kKk xyyy yy  zz \u212a", "aaaa bbbb abab", "  x  y  ", "K\u212ak"]:
+        assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+
+
+# ----------------------------------------------------------------------------------------
+# Argument types
+# ----------------------------------------------------------------------------------------
+
+NON_STR = {"bytes": b"hello", "None": None, "int": 5, "list": ["hello"], "bytearray": bytearray(b"x")}
+
+
+@pytest.mark.parametrize("value", list(NON_STR.values()), ids=list(NON_STR))
+def test_type_errors_for_non_str_input(cl100k, value):
+    tm, tt = cl100k
+    calls = [
+        ("encode", lambda e: e.encode(value)),
+        ("encode_all", lambda e: e.encode(value, allowed_special="all")),
+        ("encode_none", lambda e: e.encode(value, disallowed_special=())),
+        ("encode_ordinary", lambda e: e.encode_ordinary(value)),
+        ("encode_to_numpy", lambda e: e.encode_to_numpy(value)),
+        ("encode_with_unstable", lambda e: e.encode_with_unstable(value)),
+        ("encode_batch_item", lambda e: e.encode_batch(["ok", value])),
+        ("encode_batch_item_all", lambda e: e.encode_batch(["ok", value], allowed_special="all")),
+        ("encode_ordinary_batch_item", lambda e: e.encode_ordinary_batch(["ok", value, "ok"])),
+    ]
+    for what, call in calls:
+        res = assert_same_outcome(lambda: call(tm), lambda: call(tt), context=what)
+        assert res[0] == "err" and isinstance(res[1], TypeError), what
+
+
+def test_batch_accepts_any_sequence(cl100k):
+    tm, tt = cl100k
+    texts = ["hello", "world", "", "x y z"]
+    for container in (tuple, list, lambda xs: (x for x in xs), iter):
+        assert_same_outcome(lambda: tm.encode_batch(container(texts)),
+                            lambda: tt.encode_batch(container(texts)),
+                            context=f"encode_batch({container})")
+        assert_same_outcome(lambda: tm.encode_ordinary_batch(container(texts)),
+                            lambda: tt.encode_ordinary_batch(container(texts)),
+                            context=f"encode_ordinary_batch({container})")
+    batch = [tt.encode(t) for t in texts]
+    assert_same_outcome(lambda: tm.decode_batch(tuple(batch)), lambda: tt.decode_batch(tuple(batch)))
+    assert_same_outcome(lambda: tm.decode_bytes_batch(tuple(map(tuple, batch))),
+                        lambda: tt.decode_bytes_batch(tuple(map(tuple, batch))))
+
+
+def test_str_subclass_input(cl100k):
+    tm, tt = cl100k
+
+    class MyStr(str):
+        pass
+
+    s = MyStr("hello world <|endoftext|>")
+    assert tm.encode(s, allowed_special="all") == tt.encode(s, allowed_special="all")
+    assert tm.encode_ordinary(s) == tt.encode_ordinary(s)
+    assert tm.encode_batch([s], allowed_special="all") == tt.encode_batch([s], allowed_special="all")
+
+
+# ----------------------------------------------------------------------------------------
+# Batch encoding
+# ----------------------------------------------------------------------------------------
+
+
+def test_encode_batch_equals_single_encodes(encs, corpus):
+    tm, tt = encs
+    texts = corpus.texts[:30] + corpus.docstrings[:500] + ["", " ", "\n"]
+    singles = [tm.encode_ordinary(t) for t in texts]
+    assert singles == [tt.encode_ordinary(t) for t in texts]
+    for kw in ({}, {"num_threads": 1}, {"num_threads": 2}, {"num_threads": 64}):
+        assert tm.encode_ordinary_batch(texts, **kw) == singles, kw
+        assert tm.encode_batch(texts, **kw) == [tm.encode(t) for t in texts], kw
+
+
+def test_batch_one_huge_document_and_many_small(encs, corpus):
+    tm, tt = encs
+    huge = "".join(corpus.texts)
+    small = corpus.lines[:3000]
+    batch = small[:1500] + [huge] + small[1500:]
+    expected = [tt.encode_ordinary(t) for t in batch]
+    got = tm.encode_ordinary_batch(batch)
+    assert len(got) == len(batch)
+    for text, g, e in zip(batch, got, expected):
+        assert_ids_equal(g, e, text, tt, what="encode_ordinary_batch item")
+    got = tm.encode_batch(batch, num_threads=4, disallowed_special=())
+    assert got == expected
+
+
+def test_concurrent_use_from_python_threads(encs, corpus):
+    tm, tt = encs
+    texts = corpus.texts[:64]
+    expected = [tt.encode_ordinary(t) for t in texts]
+
+    def work(i):
+        t = texts[i]
+        if i % 3 == 0:
+            return tm.encode_ordinary(t)
+        if i % 3 == 1:
+            return tm.encode(t, disallowed_special=())
+        return tm.encode_ordinary_batch([t], num_threads=2)[0]
+
+    with ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(work, range(len(texts))))
+    assert got == expected
+    with ThreadPoolExecutor(4) as ex:
+        decoded = list(ex.map(tm.decode, got))
+    assert decoded == texts
+
+
+# ----------------------------------------------------------------------------------------
+# encode_batch after os.fork()
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs POSIX fork")
+def test_encode_batch_after_fork(cl100k):
+    tm, tt = cl100k
+    texts = [f"document {i}: hello world, 你好 😀 " * (i % 7 + 1) for i in range(200)]
+    expected = [tt.encode(t) for t in texts]
+    # in the parent, use the batch path first so that any thread pool exists before the fork
+    assert tm.encode_batch(texts) == expected
+    assert tm.encode_ordinary_batch(texts, num_threads=4) == expected
+
+    import warnings
+
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a multi-threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            ok = tm.encode_batch(texts) == expected
+            ok = ok and tm.encode_ordinary_batch(texts, num_threads=3) == expected
+            ok = ok and tm.encode(texts[5]) == expected[5]
+            code = 0 if ok else 2
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+
+    deadline = time.monotonic() + 30
+    status = None
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("encode_batch in a forked child did not finish within 30 s (deadlock?)")
+    assert os.WIFEXITED(status), f"child died: status {status}"
+    code = os.WEXITSTATUS(status)
+    assert code == 0, {2: "child got wrong results", 3: "child raised"}.get(code, code)
+    # the parent still works after the fork
+    assert tm.encode_batch(texts) == expected
+
+
+def test_thread_count_does_not_leak_between_calls(cl100k):
+    """Many small batch calls in a row (a pool created per call would be slow or leak)."""
+    tm, tt = cl100k
+    before = threading.active_count()
+    for i in range(200):
+        assert tm.encode_ordinary_batch([f"text {i}", "x"]) == [tt.encode_ordinary(f"text {i}"),
+                                                                tt.encode_ordinary("x")]
+    assert threading.active_count() <= before + 1
