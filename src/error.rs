@@ -38,6 +38,10 @@ pub enum Error {
     #[error("not a single token: {0:?}")]
     UnknownToken(Vec<u8>),
 
+    /// Training was stopped by its progress callback (e.g. Ctrl-C in Python).
+    #[error("training was stopped")]
+    Cancelled,
+
     /// A thread pool could not be created.
     #[error("could not start worker threads: {0}")]
     ThreadPool(String),

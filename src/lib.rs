@@ -11,7 +11,9 @@ pub mod bpe;
 pub mod encoder;
 pub mod error;
 pub mod pretokenize;
+pub mod span_counts;
 pub mod special;
+pub mod trainer;
 pub mod vocab;
 
 #[cfg(feature = "python")]

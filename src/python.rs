@@ -13,7 +13,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::batch;
 use crate::encoder::Encoder;
 use crate::error::{Error, Rank};
+use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
+use crate::trainer;
 
 /// The one mapping from engine errors to Python exceptions.
 fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
@@ -33,7 +35,7 @@ fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
         }
         Error::UnknownToken(bytes) => PyKeyError::new_err(PyBytes::new(py, &bytes).unbind()),
         Error::UnknownTokenId(id) => PyKeyError::new_err(format!("Invalid token for decoding: {id}")),
-        Error::ThreadPool(_) => PyRuntimeError::new_err(e.to_string()),
+        Error::ThreadPool(_) | Error::Cancelled => PyRuntimeError::new_err(e.to_string()),
         Error::InvalidPattern { .. }
         | Error::InvalidVocabulary(_)
         | Error::RegexRuntime(_)
@@ -220,6 +222,89 @@ impl PyCoreBPE {
     }
 }
 
+/// Span counts for training: fed batches of documents, then turned into merges.
+#[pyclass(module = "tokenmill._core", name = "SpanCounter")]
+pub struct PySpanCounter {
+    inner: SpanCounts,
+}
+
+#[pymethods]
+impl PySpanCounter {
+    #[new]
+    fn new(py: Python<'_>, pattern: &str) -> PyResult<Self> {
+        Ok(Self { inner: SpanCounts::new(pattern).map_err(|e| to_py_err(py, e))? })
+    }
+
+    /// Splits and counts a batch of documents in parallel, without the GIL.
+    #[pyo3(signature = (docs, num_threads))]
+    fn update(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>, num_threads: usize) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.add(&docs, num_threads)).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Adds `count` occurrences of one span, as if it had been found in the text.
+    fn add_span(&mut self, span: &str, count: u64) {
+        self.inner.add_span(span, count);
+    }
+
+    #[getter]
+    fn documents(&self) -> u64 {
+        self.inner.documents()
+    }
+
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.inner.bytes()
+    }
+
+    #[getter]
+    fn distinct_spans(&self) -> usize {
+        self.inner.distinct()
+    }
+
+    #[getter]
+    fn total_spans(&self) -> u64 {
+        self.inner.total_spans()
+    }
+
+    /// Learns up to `num_merges` merges. `progress(done, total, left, right, new_id, count)`
+    /// is called about every 1%; an exception it raises (or Ctrl-C) stops training.
+    /// Returns the merges as `(left, right)` pairs and the bytes of every token by id.
+    #[pyo3(signature = (num_merges, progress=None))]
+    fn learn_merges<'py>(
+        &self,
+        py: Python<'py>,
+        num_merges: u32,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<(Vec<(u32, u32)>, Bound<'py, PyList>)> {
+        let inner = &self.inner;
+        let mut failure: Option<PyErr> = None;
+        let result = py.detach(|| {
+            let (spans, counts) = inner.sorted();
+            trainer::learn_merges(&spans, &counts, num_merges, |p| {
+                Python::attach(|py| {
+                    let outcome = py.check_signals().and_then(|_| match &progress {
+                        Some(cb) => cb.call1(py, (p.done, p.total, p.pair.0, p.pair.1, p.new_id, p.count)).map(|_| ()),
+                        None => Ok(()),
+                    });
+                    outcome.map_err(|e| {
+                        failure = Some(e);
+                        Error::Cancelled
+                    })
+                })
+            })
+        });
+        let merges = match result {
+            Ok(m) => m,
+            Err(Error::Cancelled) if failure.is_some() => return Err(failure.take().unwrap()),
+            Err(e) => return Err(to_py_err(py, e)),
+        };
+        let tokens = trainer::token_bytes(&merges);
+        let list = PyList::new(py, tokens.iter().map(|t| PyBytes::new(py, t)))?;
+        Ok((merges, list))
+    }
+}
+
 /// The number of cores batch calls may use.
 #[pyfunction]
 fn available_cores() -> usize {
@@ -229,6 +314,7 @@ fn available_cores() -> usize {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCoreBPE>()?;
+    m.add_class::<PySpanCounter>()?;
     m.add_function(wrap_pyfunction!(available_cores, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

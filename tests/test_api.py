@@ -228,10 +228,7 @@ def test_pickle_in_subprocess_pool(cl100k):
     """The usual reason to pickle: ship the encoding to worker processes."""
     import multiprocessing as mp
 
-    if "fork" not in mp.get_all_start_methods():
-        ctx = mp.get_context("spawn")
-    else:
-        ctx = mp.get_context("spawn")  # a fresh interpreter: unpickling must load by name
+    ctx = mp.get_context("spawn")  # a fresh interpreter: unpickling must load by name
     tm, tt = cl100k
     texts = [SAMPLE, "second text", ""]
     with ctx.Pool(1) as pool:
@@ -337,7 +334,7 @@ def test_custom_encoding_matches_tiktoken(custom_pair):
         assert tm.decode(tm.encode(text, allowed_special="all")) == text
     assert tm.encode_batch(CUSTOM_TEXTS, allowed_special="all") == [
         tt.encode(t, allowed_special="all") for t in CUSTOM_TEXTS]
-    for unknown in (n for n in (tt.max_token_value - 1, tt.max_token_value + 1)):
+    for unknown in (tt.max_token_value - 1, tt.max_token_value + 1):
         assert_same_outcome(lambda: tm.decode([unknown]), lambda: tt.decode([unknown]))
 
 

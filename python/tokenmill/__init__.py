@@ -1,10 +1,13 @@
 """tokenmill: fast byte-level BPE.
 
-A drop-in replacement for tiktoken (``import tokenmill as tiktoken``): the same
-:class:`Encoding` API and the same token ids, computed by a Rust engine, with batch calls
-that run in parallel without the GIL.
+* A drop-in replacement for tiktoken (``import tokenmill as tiktoken``): the same
+  :class:`Encoding` API and the same token ids, computed by a Rust engine, with batch calls
+  that run in parallel without the GIL.
+* A fast trainer (:func:`train_from_iterator`, :class:`Trainer`, the ``tokenmill train``
+  command) whose merges equal rustbpe's; :func:`save` and :func:`load` keep the result.
 """
 
+from tokenmill import load  # the module; `tokenmill.load(dir)` also loads a saved encoding
 from tokenmill._core import __version__
 from tokenmill.core import Encoding
 from tokenmill.load import (
@@ -14,10 +17,15 @@ from tokenmill.load import (
     load_tiktoken_bpe,
 )
 from tokenmill.model import encoding_for_model, encoding_name_for_model
+from tokenmill.patterns import NAMED_PATTERNS
+from tokenmill.persist import save
 from tokenmill.registry import get_encoding, list_encoding_names
+from tokenmill.train import Trainer, train_from_iterator
 
 __all__ = [
     "Encoding",
+    "NAMED_PATTERNS",
+    "Trainer",
     "VocabularyFormatError",
     "VocabularyNotAvailableError",
     "__version__",
@@ -26,5 +34,8 @@ __all__ = [
     "encoding_name_for_model",
     "get_encoding",
     "list_encoding_names",
+    "load",
     "load_tiktoken_bpe",
+    "save",
+    "train_from_iterator",
 ]

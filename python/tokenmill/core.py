@@ -277,6 +277,8 @@ class Encoding:
         >>> enc.decode_tokens_bytes([15339, 1917])
         [b'hello', b' world']
         """
+        if not isinstance(tokens, (list, tuple)):
+            tokens = list(tokens)  # tiktoken accepts any iterable here
         return self._core_bpe.decode_tokens_bytes(tokens)
 
     def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:

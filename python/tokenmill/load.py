@@ -28,12 +28,17 @@ import http.client
 import itertools
 import json
 import os
+import sys
+import types
 import re
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tokenmill.core import Encoding
 
 __all__ = [
     "VocabularyNotAvailableError",
@@ -773,3 +778,20 @@ def data_gym_to_mergeable_bpe_ranks(
         encoder_source=os.fspath(encoder_json_file),
     )
 
+
+
+# ---------------------------------------------------------------------------------------------
+# `tokenmill.load(directory)` loads a saved encoding (see tokenmill.persist) while
+# `tokenmill.load` stays this module, as `tiktoken.load` is for tiktoken users.
+# ---------------------------------------------------------------------------------------------
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, directory: "os.PathLike[str] | str") -> "Encoding":
+        """Loads an encoding saved with :func:`tokenmill.save` (see :func:`tokenmill.persist.load`)."""
+        from tokenmill.persist import load as _load_saved
+
+        return _load_saved(directory)
+
+
+sys.modules[__name__].__class__ = _CallableModule
