@@ -144,11 +144,19 @@ impl FastSplitter {
         F: FnMut(&'t str) -> Result<()>,
     {
         let bytes = text.as_bytes();
-        let mut input = Input::new(text);
+        let mut anchored = Input::new(text).anchored(Anchored::Yes);
         let mut pos = 0;
         while pos < text.len() {
-            input.set_start(pos);
-            let Some(m) = self.search.find(input.clone()) else { break };
+            // The standard patterns match at every position, so the next match almost always
+            // starts where the last one ended: an anchored search needs only a forward scan.
+            anchored.set_start(pos);
+            let m = match self.search.find(anchored.clone()) {
+                Some(m) => m,
+                None => match self.search.find(Input::new(text).range(pos..)) {
+                    Some(m) => m,
+                    None => break,
+                },
+            };
             let (start, mut end) = (m.start(), m.end());
             if end < text.len() && is_whitespace_run(bytes, start, end) && !starts_with_whitespace(text, end) {
                 if let Some(last) = last_char_start(text, start, end) {

@@ -11,6 +11,9 @@ use crate::error::{Error, Rank, Result};
 /// tokens and the special tokens.
 pub struct Vocab {
     ranks: FxHashMap<Vec<u8>, Rank>,
+    /// The tokens of at most [`INLINE_MAX`] bytes again, keyed inline (no pointer to chase
+    /// on lookup): almost every lookup the encoder makes is for such a short string.
+    short: FxHashMap<u128, Rank>,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
     byte_ranks: [Rank; 256],
     special: FxHashMap<String, Rank>,
@@ -21,6 +24,18 @@ pub struct Vocab {
     decode_known: Vec<bool>,
     special_ids: Vec<bool>,
     sorted_tokens: OnceLock<Vec<Vec<u8>>>,
+}
+
+/// Longest byte string stored in [`Vocab::short`].
+pub const INLINE_MAX: usize = 15;
+
+/// Packs a byte string of at most [`INLINE_MAX`] bytes with its length into one key.
+#[inline(always)]
+fn inline_key(bytes: &[u8]) -> u128 {
+    let mut buf = [0u8; 16];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    buf[15] = bytes.len() as u8;
+    u128::from_le_bytes(buf)
 }
 
 impl Vocab {
@@ -76,8 +91,14 @@ impl Vocab {
                 *slot = r;
             }
         }
+        let short = ranks
+            .iter()
+            .filter(|(k, _)| k.len() <= INLINE_MAX)
+            .map(|(k, &v)| (inline_key(k), v))
+            .collect();
         Ok(Self {
             ranks,
+            short,
             byte_ranks,
             special,
             decode_bytes,
@@ -91,11 +112,14 @@ impl Vocab {
     /// The rank of a mergeable byte string.
     #[inline]
     pub fn rank(&self, bytes: &[u8]) -> Option<Rank> {
-        if bytes.len() == 1 {
-            let r = self.byte_ranks[bytes[0] as usize];
-            return (r != Rank::MAX).then_some(r);
+        match bytes.len() {
+            1 => {
+                let r = self.byte_ranks[bytes[0] as usize];
+                (r != Rank::MAX).then_some(r)
+            }
+            n if n <= INLINE_MAX => self.short.get(&inline_key(bytes)).copied(),
+            _ => self.ranks.get(bytes).copied(),
         }
-        self.ranks.get(bytes).copied()
     }
 
     pub fn ranks(&self) -> &FxHashMap<Vec<u8>, Rank> {

@@ -61,6 +61,23 @@ def assert_ids_equal(got, expected, text=None, tt=None, what: str = "ids") -> No
     raise AssertionError("\n".join(lines))
 
 
+def _describe_difference(got, exp) -> str:
+    if isinstance(got, tuple) and isinstance(exp, tuple) and len(got) == len(exp):
+        parts = []
+        for k, (g, e) in enumerate(zip(got, exp)):
+            if g == e:
+                continue
+            if isinstance(g, (set, frozenset)) and isinstance(e, (set, frozenset)):
+                parts.append(
+                    f"element {k}: only in tokenmill {short(sorted(g - e), 200)}, "
+                    f"only in tiktoken {short(sorted(e - g), 200)}"
+                )
+            else:
+                parts.append(f"element {k}: tokenmill {short(g)} != tiktoken {short(e)}")
+        return "tokenmill and tiktoken differ: " + "; ".join(parts)
+    return f"tokenmill {short(got)} != tiktoken {short(exp)}"
+
+
 def assert_same_outcome(
     tm_call: Callable[[], Any],
     tt_call: Callable[[], Any],
@@ -91,7 +108,7 @@ def assert_same_outcome(
                 f"but tiktoken returned {short(tt_res[1])}{ctx}"
             ) from tm_res[1]
         got, exp = normalize(tm_res[1]), normalize(tt_res[1])
-        assert got == exp, f"tokenmill {short(got)} != tiktoken {short(exp)}{ctx}"
+        assert got == exp, _describe_difference(got, exp) + ctx
     return tt_res
 
 

@@ -602,3 +602,79 @@ def test_thread_count_does_not_leak_between_calls(cl100k):
         assert tm.encode_ordinary_batch([f"text {i}", "x"]) == [tt.encode_ordinary(f"text {i}"),
                                                                 tt.encode_ordinary("x")]
     assert threading.active_count() <= before + 1
+
+
+# ----------------------------------------------------------------------------------------
+# Argument edge cases where tiktoken's behaviour is well defined
+# ----------------------------------------------------------------------------------------
+
+EDGE_CASES = {
+    # tiktoken only checks for disallowed special tokens when disallowed_special is truthy
+    "disallowed_None": lambda e: e.encode("a <|endoftext|>", disallowed_special=None),
+    "disallowed_empty_str": lambda e: e.encode("a <|endoftext|>", disallowed_special=""),
+    "disallowed_None_allowed_all": lambda e: e.encode(
+        "a <|endoftext|>", allowed_special="all", disallowed_special=None),
+    "numpy_disallowed_None": lambda e: e.encode_to_numpy(
+        "a <|endoftext|>", disallowed_special=None).tolist(),
+    "unstable_disallowed_None": lambda e: e.encode_with_unstable(
+        "a <|endoftext|>", disallowed_special=None)[0],
+    # num_threads=None means "the executor's default"
+    "encode_batch_threads_None": lambda e: e.encode_batch(["a", "b c"], num_threads=None),
+    "encode_ordinary_batch_threads_None": lambda e: e.encode_ordinary_batch(
+        ["a", "b c"], num_threads=None),
+    "decode_batch_threads_None": lambda e: e.decode_batch([[64], [65]], num_threads=None),
+    "decode_bytes_batch_threads_None": lambda e: e.decode_bytes_batch(
+        [[64], [65]], num_threads=None),
+    # a thread count below 1 is an error
+    "encode_batch_threads_0": lambda e: e.encode_batch(["a"], num_threads=0),
+    "encode_ordinary_batch_threads_0": lambda e: e.encode_ordinary_batch(["a"], num_threads=0),
+    "encode_batch_threads_negative": lambda e: e.encode_batch(["a"], num_threads=-1),
+    "decode_batch_threads_0": lambda e: e.decode_batch([[64]], num_threads=0),
+    "decode_bytes_batch_threads_0": lambda e: e.decode_bytes_batch([[64]], num_threads=0),
+    # is_special_token asserts its argument is an int
+    "is_special_token_str": lambda e: e.is_special_token("100257"),
+    "is_special_token_float": lambda e: e.is_special_token(100257.0),
+    "is_special_token_bool": lambda e: e.is_special_token(True),
+    # keyword names
+    "encode_kw_text": lambda e: e.encode(text="hi"),
+    "encode_ordinary_kw_text": lambda e: e.encode_ordinary(text="hi"),
+    "decode_kw_tokens": lambda e: e.decode(tokens=[64], errors="strict"),
+    "encode_batch_kw_text": lambda e: e.encode_batch(text=["hi"]),
+    "decode_batch_kw_batch": lambda e: e.decode_batch(batch=[[64]]),
+    "encode_single_token_kw": lambda e: e.encode_single_token(text_or_bytes="hi"),
+    # keyword-only arguments stay keyword-only
+    "encode_positional_allowed": lambda e: e.encode("hi", "all"),
+    "encode_batch_positional_threads": lambda e: e.encode_batch(["hi"], 2),
+    "decode_batch_positional_errors": lambda e: e.decode_batch([[64]], "strict"),
+}
+
+
+@pytest.mark.parametrize("call", list(EDGE_CASES.values()), ids=list(EDGE_CASES))
+def test_argument_edge_cases(cl100k, call):
+    tm, tt = cl100k
+    assert_same_outcome(lambda: call(tm), lambda: call(tt))
+
+
+@given(text=fragment_text.filter(lambda s: len(s) < 40))
+def test_hyp_unstable_and_numpy_with_surrogates(cl100k, text):
+    """tiktoken 0.14 raises UnicodeEncodeError for lone surrogates in encode_to_numpy and
+    encode_with_unstable (it only fixes them up in encode/encode_ordinary). tokenmill may do
+    the same, or apply the same fix-up as encode(); anything else is a bug."""
+    from text_strategies import tiktoken_fixup
+
+    tm, tt = cl100k
+    fixed = tiktoken_fixup(text)
+    for method, norm in (("encode_to_numpy", lambda a: a.tolist()),
+                         ("encode_with_unstable",
+                          lambda r: (r[0], frozenset(map(tuple, r[1]))))):
+        tm_call = lambda: norm(getattr(tm, method)(text, allowed_special="all"))  # noqa: E731
+        try:
+            expected = norm(getattr(tt, method)(text, allowed_special="all"))
+        except UnicodeEncodeError:
+            try:
+                got = tm_call()
+            except UnicodeEncodeError:
+                continue
+            assert got == norm(getattr(tt, method)(fixed, allowed_special="all")), method
+            continue
+        assert tm_call() == expected, method

@@ -110,7 +110,10 @@ def _compare_encode(tm, tt, text, kwargs):
     assert_same_outcome(lambda: tm.encode_to_numpy(text, **kwargs),
                         lambda: tt.encode_to_numpy(text, **kwargs),
                         normalize=lambda a: a.tolist(), context="encode_to_numpy " + ctx)
-    # encode_with_unstable too
+    # encode_with_unstable too (text ending in whitespace has ~100k completions and is
+    # covered by test_encode_with_unstable; skip it here to keep the suite fast)
+    if text[-1:].isspace():
+        return tt_res
     assert_same_outcome(lambda: tm.encode_with_unstable(text, **kwargs),
                         lambda: tt.encode_with_unstable(text, **kwargs),
                         normalize=unstable_key, context="encode_with_unstable " + ctx)

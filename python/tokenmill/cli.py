@@ -1,15 +1,106 @@
-"""The ``tokenmill`` command line."""
+"""The ``tokenmill`` command line: ``train`` (the default) and ``encode``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
+
+DEFAULT_VOCAB_SIZE = 8192
 
 
-def _read_inputs(files: Sequence[str], limit_mb: float) -> List[str]:
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """Vocabulary lookups inside use only what is cached: nothing is downloaded."""
+    old = os.environ.get("TOKENMILL_OFFLINE")
+    os.environ["TOKENMILL_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TOKENMILL_OFFLINE"]
+        else:
+            os.environ["TOKENMILL_OFFLINE"] = old
+
+
+def _bytes_per_token(enc, texts: Sequence[str]) -> float:
+    n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    n_tokens = sum(len(ids) for ids in enc.encode_ordinary_batch(list(texts)))
+    return n_bytes / max(n_tokens, 1)
+
+
+def _compression_table(trained, held_out: Sequence[str]) -> List[str]:
+    import tokenmill
+
+    rows = [("trained", trained.n_vocab, _bytes_per_token(trained, held_out))]
+    for label, name in (("GPT-2", "gpt2"), ("GPT-4", "cl100k_base")):
+        try:
+            with _offline():
+                enc = tokenmill.get_encoding(name)
+        except (OSError, ValueError):
+            rows.append((f"{label} ({name})", None, None))
+            continue
+        rows.append((f"{label} ({name})", enc.n_vocab, _bytes_per_token(enc, held_out)))
+    base = rows[0][2]
+    lines = [f"  {'tokenizer':<22} {'vocab':>8} {'bytes/token':>12} {'vs trained':>11}"]
+    for label, n, bpt in rows:
+        if bpt is None:
+            lines.append(f"  {label:<22} {'':>8} {'(vocabulary not cached)':>24}")
+        else:
+            rel = "" if label == "trained" else f"{(bpt - base) / base * 100:+.1f}%"
+            lines.append(f"  {label:<22} {n:>8,} {bpt:>12.3f} {rel:>11}")
+    return lines
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import tokenmill
+    from tokenmill.corpus import stdlib_split
+    from tokenmill.sources import iter_documents
+
+    held_out: List[str] = []
+    if args.files:
+        docs = iter_documents(args.files, format=args.format, column=args.column)
+        source = f"{len(args.files)} path(s)"
+    else:
+        docs, held_out = stdlib_split()
+        source = "the Python standard library's sources (built-in default; every 10th file held out)"
+    if args.eval:
+        held_out = list(iter_documents(args.eval, format=args.format, column=args.column))
+
+    trainer = tokenmill.Trainer(args.pattern, threads=args.threads, doc_cap=args.doc_cap)
+    progress = not args.quiet
+    t0 = time.perf_counter()
+    trainer.update_from_iterator(docs, buffer_size=args.buffer_size, max_chars=args.max_chars, progress=progress)
+    t_count = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    enc = trainer.train(args.vocab_size, special_tokens=args.special or (), name=args.name, progress=progress)
+    t_merge = time.perf_counter() - t1
+    merges = trainer.stats.merges
+
+    print(f"trained on {source}")
+    print(f"  documents:      {trainer.documents:,}")
+    print(f"  bytes read:     {trainer.bytes:,} ({trainer.bytes / 1e6:.1f} MB)")
+    print(f"  distinct spans: {trainer.distinct_spans:,} (of {trainer.stats.total_spans:,})")
+    print(f"  counting:       {t_count:.2f} s ({trainer.bytes / 1e6 / max(t_count, 1e-9):.1f} MB/s, {trainer.threads} threads)")
+    print(f"  merging:        {t_merge:.2f} s ({merges:,} merges, {merges / max(t_merge, 1e-9):,.0f} merges/s)")
+    print(f"  vocabulary:     {enc.n_vocab:,} tokens ({merges:,} merges + 256 bytes + {len(enc._special_tokens)} special)")
+    if held_out:
+        print(f"compression on held-out text ({sum(len(t.encode('utf-8', 'surrogatepass')) for t in held_out) / 1e6:.1f} MB):")
+        for line in _compression_table(enc, held_out):
+            print(line)
+    if args.output:
+        out = tokenmill.save(enc, args.output)
+        print(f"saved to {out}/ (load it with tokenmill.load({str(out)!r}))")
+    else:
+        print("not saved (use --output DIR to keep it)")
+    return 0
+
+
+def _read_texts(files: Sequence[str], limit_mb: float) -> List[str]:
     from tokenmill.corpus import stdlib_texts
 
     if not files:
@@ -17,21 +108,29 @@ def _read_inputs(files: Sequence[str], limit_mb: float) -> List[str]:
     texts = []
     for f in files:
         try:
-            texts.append(Path(f).read_text(encoding="utf-8", errors="surrogateescape"))
+            texts.append(Path(f).read_text(encoding="utf-8", errors="replace"))
         except OSError as e:
             raise SystemExit(f"tokenmill: cannot read {f}: {e.strerror or e}")
     return texts
+
+
+def _encoding_for(name_or_dir: str):
+    import tokenmill
+
+    if os.path.isdir(name_or_dir):
+        return tokenmill.load(name_or_dir)
+    return tokenmill.get_encoding(name_or_dir)
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
     import tokenmill
 
     try:
-        enc = tokenmill.get_encoding(args.encoding)
+        enc = _encoding_for(args.encoding)
     except (ValueError, OSError) as e:
         print(f"tokenmill: {e}", file=sys.stderr)
         return 2
-    texts = _read_inputs(args.files, args.limit_mb)
+    texts = _read_texts(args.files, args.limit_mb)
     source = ", ".join(args.files) if args.files else "the Python standard library's sources (built-in default)"
     nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
     t0 = time.perf_counter()
@@ -42,25 +141,45 @@ def cmd_encode(args: argparse.Namespace) -> int:
     dt = time.perf_counter() - t0
     ntok = sum(len(x) for x in ids)
     print(f"encoded {len(texts)} text(s) from {source}")
-    print(f"encoding:        {enc.name} ({enc.n_vocab} ids)")
-    print(f"bytes:           {nbytes:,}")
-    print(f"tokens:          {ntok:,}")
-    print(f"bytes per token: {nbytes / max(ntok, 1):.3f}")
-    print(f"time:            {dt:.3f} s ({nbytes / 1e6 / max(dt, 1e-9):.1f} MB/s)")
+    print(f"  encoding:        {enc.name} ({enc.n_vocab:,} ids)")
+    print(f"  bytes:           {nbytes:,}")
+    print(f"  tokens:          {ntok:,}")
+    print(f"  bytes per token: {nbytes / max(ntok, 1):.3f}")
+    print(f"  time:            {dt:.3f} s ({nbytes / 1e6 / max(dt, 1e-9):.1f} MB/s)")
     if args.output:
         import numpy as np
 
         np.save(args.output, np.fromiter((i for x in ids for i in x), dtype=np.uint32, count=ntok))
-        print(f"ids written to:  {args.output}")
+        print(f"  ids written to:  {args.output}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE tokenizer.")
+    from tokenmill.sources import FORMATS
+
+    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE: train and encode.")
     sub = ap.add_subparsers(dest="command")
+
+    tr = sub.add_parser("train", help="train a vocabulary (default corpus: the Python standard library's sources)")
+    tr.add_argument("files", nargs="*", help="files, directories or globs; none: the built-in default corpus")
+    tr.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help=f"total vocabulary size (default {DEFAULT_VOCAB_SIZE})")
+    tr.add_argument("--pattern", default="nanochat", help="split pattern: nanochat (default), gpt2, r50k, cl100k, o200k, or a regex")
+    tr.add_argument("--format", default="auto", choices=FORMATS, help="input format (default: by extension)")
+    tr.add_argument("--column", default="text", help="JSONL field / Parquet column with the text (default text)")
+    tr.add_argument("--output", "-o", help="directory to save the trained encoding in")
+    tr.add_argument("--doc-cap", type=int, help="truncate each document to this many characters")
+    tr.add_argument("--max-chars", type=int, help="stop reading after this many characters")
+    tr.add_argument("--threads", type=int, help="counting threads (default: all cores)")
+    tr.add_argument("--special", nargs="+", metavar="TOKEN", help="special tokens, appended after the learned tokens")
+    tr.add_argument("--buffer-size", type=int, default=8192, help="documents per counting batch (default 8192)")
+    tr.add_argument("--eval", nargs="+", metavar="FILE", help="held-out files to measure compression on")
+    tr.add_argument("--name", default="tokenmill", help="the encoding's name")
+    tr.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    tr.set_defaults(func=cmd_train)
+
     enc = sub.add_parser("encode", help="encode files (default: the Python standard library's sources)")
     enc.add_argument("files", nargs="*", help="UTF-8 text files; none: the built-in default corpus")
-    enc.add_argument("--encoding", default="cl100k_base", help="encoding name (default cl100k_base)")
+    enc.add_argument("--encoding", default="cl100k_base", help="encoding name or saved directory (default cl100k_base)")
     enc.add_argument("--threads", type=int, default=0, help="worker threads (default: all cores; 1: no batch)")
     enc.add_argument("--limit-mb", type=float, default=20.0, help="size of the default corpus sample in MB")
     enc.add_argument("--output", help="save all ids, concatenated, as a .npy uint32 array")
@@ -70,7 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("train", "encode", "-h", "--help"):
+        argv = ["train", *argv]
     args = ap.parse_args(argv)
-    if not getattr(args, "func", None):
-        args = ap.parse_args(["encode", *(argv or [])])
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"tokenmill: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tokenmill: interrupted", file=sys.stderr)
+        return 130

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sysconfig
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 
 def stdlib_root() -> Path:
@@ -34,11 +34,7 @@ def stdlib_texts(limit_bytes: Optional[int] = None, *, skip_bytes: int = 0) -> I
     """
     seen = 0
     given = 0
-    for path in stdlib_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+    for text in _read_all(stdlib_files()):
         size = len(text.encode("utf-8"))
         if seen < skip_bytes:
             seen += size
@@ -47,3 +43,23 @@ def stdlib_texts(limit_bytes: Optional[int] = None, *, skip_bytes: int = 0) -> I
         given += size
         if limit_bytes is not None and given >= limit_bytes:
             return
+
+
+def stdlib_split(held_out_every: int = 10) -> Tuple[Iterator[str], List[str]]:
+    """The standard-library sources split into training text and held-out text.
+
+    Every ``held_out_every``-th file (in sorted order) is held out; returns an iterator over
+    the training files' texts and the list of held-out texts.
+    """
+    files = stdlib_files()
+    held = [p for i, p in enumerate(files) if i % held_out_every == 0]
+    train = [p for i, p in enumerate(files) if i % held_out_every != 0]
+    return _read_all(train), list(_read_all(held))
+
+
+def _read_all(paths: List[Path]) -> Iterator[str]:
+    for path in paths:
+        try:
+            yield path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue

@@ -14,6 +14,7 @@ on equal counts the smaller ``(left, right)`` id pair).
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence
 
@@ -195,6 +196,12 @@ class Trainer:
         self.stats.distinct_spans = self._counter.distinct_spans
         self.stats.total_spans = self._counter.total_spans
         self.stats.merges = len(merges)
+        if len(merges) < num_merges:
+            warnings.warn(
+                f"only {len(merges)} of {num_merges} merges could be learned: no pair of tokens "
+                f"occurs any more in the corpus; the vocabulary has {len(token_bytes) + len(specials)} tokens",
+                stacklevel=2,
+            )
 
         # Later duplicates of a byte string keep the later id, as in rustbpe/nanochat;
         # special ids start after the last learned id, so they never collide with one.
