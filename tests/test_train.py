@@ -23,8 +23,7 @@ from tokenmill.corpus import stdlib_texts
 from tokenmill.patterns import NAMED_PATTERNS, NANOCHAT_PATTERN, RUSTBPE_PATTERN
 
 import bpe_reference as ref
-
-rustbpe = pytest.importorskip("rustbpe")
+import rustbpe  # the reference implementation (a test dependency)
 
 
 # ----------------------------------------------------------------------------------------
@@ -271,6 +270,34 @@ def test_untrained_rustbpe_tokenizer_looks_the_same():
     theirs, ours = rustbpe.Tokenizer(), tm_rustbpe.Tokenizer()
     assert ours.get_pattern() == theirs.get_pattern()
     assert ours.vocab_size == theirs.vocab_size
+
+
+def test_untrained_rustbpe_tokenizer_has_the_byte_tokens():
+    # rustbpe's untrained Tokenizer already lists the 256 byte tokens.
+    theirs, ours = rustbpe.Tokenizer(), tm_rustbpe.Tokenizer()
+    assert ours.get_mergeable_ranks() == _rustbpe_ranks(theirs)
+
+
+def test_rustbpe_tokenizer_signatures_match():
+    import inspect
+
+    for name in ("train_from_iterator", "encode", "decode", "batch_encode", "get_pattern", "get_mergeable_ranks"):
+        sig = getattr(rustbpe.Tokenizer, name).__text_signature__
+        want = [p.strip().split("=")[0].lstrip("$") for p in sig.strip("()").split(",")]
+        got = list(inspect.signature(getattr(tm_rustbpe.Tokenizer, name)).parameters)
+        assert got == want, name
+
+
+@pytest.mark.filterwarnings("ignore:only .* merges could be learned")
+@pytest.mark.parametrize("docs, vocab_size", [(["abc"], 300), ([], 300), ([""], 300), (["aaaa bbbb"], 257), (["x"], 256)])
+def test_rustbpe_tokenizer_on_tiny_corpora(docs, vocab_size):
+    theirs, ours = rustbpe.Tokenizer(), tm_rustbpe.Tokenizer()
+    theirs.train_from_iterator(iter(docs), vocab_size)
+    ours.train_from_iterator(iter(docs), vocab_size)
+    assert ours.get_mergeable_ranks() == _rustbpe_ranks(theirs)
+    assert ours.vocab_size == theirs.vocab_size
+    assert ours.get_pattern() == theirs.get_pattern()
+    assert ours.encode("abc aaaa") == theirs.encode("abc aaaa")
 
 
 def test_rustbpe_tokenizer_behaves_the_same(trained_pair, real_text):

@@ -25,7 +25,8 @@ class Tokenizer:
     def __init__(self) -> None:
         self._pattern = ""
         self._encoding: Optional[Encoding] = None
-        self._ranks: List[Tuple[bytes, int]] = []
+        # Untrained, the vocabulary is the 256 byte tokens (as rustbpe's).
+        self._ranks: List[Tuple[bytes, int]] = [(bytes([b]), b) for b in range(256)]
 
     def train_from_iterator(
         self,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence
 
 from tokenmill import _core
-from tokenmill.core import Encoding
+from tokenmill.core import Encoding, _replace_surrogates
 from tokenmill.patterns import DEFAULT_PATTERN, resolve_pattern
 from tokenmill.progress import Progress
 
@@ -79,7 +79,7 @@ class Trainer:
         try:
             self._counter.update(docs, self.threads)
         except UnicodeEncodeError:
-            docs = [d.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for d in docs]
+            docs = [_replace_surrogates(d) for d in docs]
             self._counter.update(docs, self.threads)
         self.stats.counting_seconds += time.perf_counter() - t0
 
