@@ -29,6 +29,27 @@ def _replace_surrogates(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+class TokenTypeError(TypeError, AssertionError):
+    """A token id that is not an int. tiktoken asserts here, so this is also an
+    ``AssertionError`` for code written against it."""
+
+
+class VocabularySizeError(ValueError, AssertionError):
+    """``explicit_n_vocab`` disagrees with the vocabulary. tiktoken asserts here, so this is
+    also an ``AssertionError`` for code written against it."""
+
+
+def _threads(num_threads: object) -> int:
+    """tiktoken's ``num_threads`` semantics: None means the default, anything below 1 fails."""
+    if num_threads is None:
+        return _core.available_cores()
+    if not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int, got {type(num_threads).__name__}")
+    if num_threads <= 0:
+        raise ValueError("num_threads must be greater than 0")
+    return num_threads
+
+
 def _as_list(texts: object) -> list:
     if isinstance(texts, (str, bytes)):
         raise TypeError("expected a list of str, got a single " + type(texts).__name__)
@@ -83,12 +104,12 @@ class Encoding:
         if explicit_n_vocab:
             n = len(mergeable_ranks) + len(special_tokens)
             if n != explicit_n_vocab:
-                raise ValueError(
+                raise VocabularySizeError(
                     f"explicit_n_vocab={explicit_n_vocab} but the vocabulary has {n} tokens "
                     f"({len(mergeable_ranks)} mergeable + {len(special_tokens)} special)"
                 )
             if self.max_token_value != explicit_n_vocab - 1:
-                raise ValueError(
+                raise VocabularySizeError(
                     f"explicit_n_vocab={explicit_n_vocab} but the largest token id is "
                     f"{self.max_token_value}"
                 )
@@ -135,6 +156,8 @@ class Encoding:
         >>> enc.encode("<|endoftext|>", allowed_special="all")
         [100257]
         """
+        if not disallowed_special:
+            disallowed_special = ()
         try:
             return self._core_bpe.encode(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
@@ -152,6 +175,8 @@ class Encoding:
         """Like :meth:`encode`, returning a ``numpy.uint32`` array (no Python ints made)."""
         import numpy as np
 
+        if not disallowed_special:
+            disallowed_special = ()
         try:
             raw = self._core_bpe.encode_to_bytes(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
@@ -169,6 +194,7 @@ class Encoding:
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        num_threads = _threads(num_threads)
         texts = _as_list(text)
         try:
             return self._core_bpe.encode_ordinary_batch(texts, num_threads)
@@ -193,6 +219,9 @@ class Encoding:
         >>> enc.encode_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        num_threads = _threads(num_threads)
+        if not disallowed_special:
+            disallowed_special = ()
         texts = _as_list(text)
         try:
             return self._core_bpe.encode_batch(
@@ -223,6 +252,8 @@ class Encoding:
         Every completion, appended to the stable tokens, decodes to bytes starting with
         ``text``. As in tiktoken, this API should itself be considered unstable.
         """
+        if not disallowed_special:
+            disallowed_special = ()
         try:
             return self._core_bpe.encode_with_unstable(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
@@ -308,14 +339,14 @@ class Encoding:
         """Decodes many token lists (in parallel) into strings."""
         return [
             b.decode("utf-8", errors=errors)
-            for b in self._core_bpe.decode_bytes_batch(list(batch), num_threads)
+            for b in self._core_bpe.decode_bytes_batch(list(batch), _threads(num_threads))
         ]
 
     def decode_bytes_batch(
         self, batch: Sequence[Sequence[int]], *, num_threads: int = _DEFAULT_THREADS
     ) -> list[bytes]:
         """Decodes many token lists (in parallel) into bytes."""
-        return self._core_bpe.decode_bytes_batch(list(batch), num_threads)
+        return self._core_bpe.decode_bytes_batch(list(batch), _threads(num_threads))
 
     # ------------------------------------------------------------------ vocabulary
 
@@ -336,7 +367,7 @@ class Encoding:
     def is_special_token(self, token: int) -> bool:
         """Whether ``token`` is the id of a special token."""
         if not isinstance(token, int):
-            raise TypeError(f"expected an int token id, got {type(token).__name__}")
+            raise TokenTypeError(f"expected an int token id, got {type(token).__name__}")
         return token in self._special_token_values
 
     @property
