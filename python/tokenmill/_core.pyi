@@ -1,6 +1,6 @@
 """Type stubs for the Rust extension ``tokenmill._core``."""
 
-from typing import AbstractSet, Collection, Literal, Sequence, Union
+from typing import AbstractSet, Callable, Collection, Literal, Optional, Sequence, Union
 
 __version__: str
 
@@ -40,3 +40,25 @@ class CoreBPE:
     def token_byte_values(self) -> list[bytes]: ...
     def split(self, text: str) -> list[str]:
         """The pieces the pre-tokenizer splits ``text`` into."""
+
+class SpanCounter:
+    """Span counts for training: fed batches of documents, then turned into merges."""
+
+    def __init__(self, pattern: str) -> None: ...
+    def update(self, docs: Sequence[str], num_threads: int) -> None:
+        """Splits and counts a batch of documents in parallel, without the GIL."""
+    def add_span(self, span: str, count: int) -> None: ...
+    @property
+    def documents(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def distinct_spans(self) -> int: ...
+    @property
+    def total_spans(self) -> int: ...
+    def learn_merges(
+        self,
+        num_merges: int,
+        progress: Optional[Callable[[int, int, int, int, int, int], object]] = None,
+    ) -> tuple[list[tuple[int, int]], list[bytes]]:
+        """Learns up to ``num_merges`` merges; returns them and every token's bytes by id."""
