@@ -4,12 +4,15 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bpe::{self, Scratch};
+use crate::piece_cache::{self, PieceCache};
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
 use crate::special::{SpecialMatcher, SpecialPolicy};
-use crate::vocab::Vocab;
+use crate::vocab::{inline_key, Vocab, INLINE_MAX};
 
 pub struct Encoder {
+    /// Tags this encoder's entries in the per-thread piece cache.
+    owner: u32,
     vocab: Vocab,
     splitter: Splitter,
     specials: SpecialMatcher,
@@ -25,7 +28,7 @@ impl Encoder {
         let splitter = Splitter::new(pattern)?;
         let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
         let vocab = Vocab::new(ranks, special_tokens)?;
-        Ok(Self { vocab, splitter, specials, pattern: pattern.to_string() })
+        Ok(Self { owner: piece_cache::new_owner(), vocab, splitter, specials, pattern: pattern.to_string() })
     }
 
     pub fn vocab(&self) -> &Vocab {
@@ -43,17 +46,36 @@ impl Encoder {
     /// Encodes text with no special-token handling, appending to `out`. Returns how many
     /// tokens the last piece produced (needed by the unstable-token logic).
     pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
+        PieceCache::with(|cache| self.encode_pieces(text, out, scratch, cache))
+    }
+
+    fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
         let mut last = 0;
         self.splitter.for_each_piece(text, |piece| {
             let bytes = piece.as_bytes();
-            if let Some(id) = self.vocab.rank(bytes) {
+            let before = out.len();
+            if bytes.len() == 1 {
+                match self.vocab.rank(bytes) {
+                    Some(id) => out.push(id),
+                    None => bpe::encode_piece(&self.vocab, bytes, out, scratch)?,
+                }
+            } else if bytes.len() <= INLINE_MAX {
+                let key = inline_key(bytes);
+                if let Some(tokens) = cache.get(self.owner, key) {
+                    out.extend_from_slice(tokens);
+                } else {
+                    match self.vocab.rank_inline(key) {
+                        Some(id) => out.push(id),
+                        None => bpe::encode_piece(&self.vocab, bytes, out, scratch)?,
+                    }
+                    cache.put(self.owner, key, &out[before..]);
+                }
+            } else if let Some(id) = self.vocab.rank(bytes) {
                 out.push(id);
-                last = 1;
             } else {
-                let before = out.len();
                 bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
-                last = out.len() - before;
             }
+            last = out.len() - before;
             Ok(())
         })?;
         Ok(last)

@@ -8,9 +8,12 @@
 
 pub mod batch;
 pub mod bpe;
+pub mod char_classes;
 pub mod encoder;
 pub mod error;
+pub mod piece_cache;
 pub mod pretokenize;
+pub mod scanner;
 pub mod span_counts;
 pub mod special;
 pub mod trainer;

@@ -19,6 +19,7 @@ use fancy_regex::Regex as FancyRegex;
 use regex_automata::{meta::Regex as MetaRegex, Anchored, Input};
 
 use crate::error::{Error, Result};
+use crate::scanner::Scanner;
 
 /// Whitespace tails that the fast path knows how to emulate; both mean the same thing.
 const WHITESPACE_TAILS: &[&str] = &[r"|\s+(?!\S)|\s+", r"|\s+(?!\S)|\s"];
@@ -51,9 +52,14 @@ const POSSESSIVE_FREE_PREFIXES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Splits text into pieces with a given pattern.
+/// Splits text into pieces with a given pattern, on the fastest engine that reproduces it
+/// exactly.
 pub enum Splitter {
+    /// A hand-written scanner for a standard pattern (`scanner.rs`).
+    Scan(Scanner),
+    /// The DFA with the whitespace-lookahead rule re-applied by hand.
     Fast(FastSplitter),
+    /// fancy-regex, for any other pattern.
     Fancy(FancyRegex),
 }
 
@@ -69,10 +75,19 @@ impl Splitter {
     /// Compiles `pattern`; a pattern fancy-regex rejects is an `InvalidPattern` error.
     pub fn new(pattern: &str) -> Result<Self> {
         let fancy = compile_fancy(pattern)?;
+        if let Some(scanner) = Scanner::for_pattern(pattern) {
+            return Ok(Splitter::Scan(scanner));
+        }
         Ok(match FastSplitter::try_new(pattern) {
             Some(fast) => Splitter::Fast(fast),
             None => Splitter::Fancy(fancy),
         })
+    }
+
+    /// The DFA path, if the pattern has a whitespace tail it can emulate (for tests and
+    /// benchmarks; `new` prefers a scanner when there is one).
+    pub fn new_dfa(pattern: &str) -> Option<Self> {
+        FastSplitter::try_new(pattern).map(Splitter::Fast)
     }
 
     /// Always uses fancy-regex (the reference behaviour; used by differential tests).
@@ -80,8 +95,18 @@ impl Splitter {
         Ok(Splitter::Fancy(compile_fancy(pattern)?))
     }
 
+    /// Whether the pattern runs on a scanner or the DFA (else on fancy-regex).
     pub fn is_fast(&self) -> bool {
-        matches!(self, Splitter::Fast(_))
+        !matches!(self, Splitter::Fancy(_))
+    }
+
+    /// The engine in use: `"scanner"`, `"dfa"` or `"fancy-regex"`.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Splitter::Scan(_) => "scanner",
+            Splitter::Fast(_) => "dfa",
+            Splitter::Fancy(_) => "fancy-regex",
+        }
     }
 
     /// Calls `f` with each piece of `text`, in order. Empty matches are skipped.
@@ -91,6 +116,7 @@ impl Splitter {
         F: FnMut(&'t str) -> Result<()>,
     {
         match self {
+            Splitter::Scan(scanner) => scanner.for_each_piece(text, f),
             Splitter::Fast(fast) => fast.for_each_piece(text, f),
             Splitter::Fancy(re) => {
                 for m in re.find_iter(text) {
@@ -214,22 +240,29 @@ mod tests {
     );
     const NANOCHAT: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
 
-    const ALL: &[&str] = &[R50K, R50K_OLD, CL100K, O200K, NANOCHAT];
+    const CL100K_OLD: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
+    const CL100K_OLDEST: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-    /// The fast and the reference splitter for every standard pattern, compiled once.
-    fn splitters() -> Vec<(&'static str, Splitter, Splitter)> {
+    const ALL: &[&str] = &[R50K, R50K_OLD, CL100K, CL100K_OLD, CL100K_OLDEST, O200K, NANOCHAT];
+
+    /// For every standard pattern: its scanner, its DFA path and the fancy-regex
+    /// reference, compiled once.
+    fn splitters() -> Vec<(&'static str, Splitter, Splitter, Splitter)> {
         ALL.iter()
             .map(|p| {
-                let fast = Splitter::new(p).unwrap();
-                assert!(fast.is_fast(), "pattern should take the fast path: {p}");
-                (*p, fast, Splitter::new_reference(p).unwrap())
+                let scan = Splitter::new(p).unwrap();
+                assert_eq!(scan.engine(), "scanner", "pattern should have a scanner: {p}");
+                let dfa = Splitter::new_dfa(p).unwrap_or_else(|| panic!("pattern should have a DFA path: {p}"));
+                (*p, scan, dfa, Splitter::new_reference(p).unwrap())
             })
             .collect()
     }
 
-    fn check(splitters: &[(&str, Splitter, Splitter)], text: &str) {
-        for (p, fast, reference) in splitters {
-            assert_eq!(fast.pieces(text).unwrap(), reference.pieces(text).unwrap(), "pattern {p} on {text:?}");
+    fn check(splitters: &[(&str, Splitter, Splitter, Splitter)], text: &str) {
+        for (p, scan, dfa, reference) in splitters {
+            let want = reference.pieces(text).unwrap();
+            assert_eq!(scan.pieces(text).unwrap(), want, "scanner, pattern {p} on {text:?}");
+            assert_eq!(dfa.pieces(text).unwrap(), want, "dfa, pattern {p} on {text:?}");
         }
     }
 
@@ -267,6 +300,38 @@ mod tests {
                 state ^= state >> 7;
                 state ^= state << 17;
                 s.push_str(atoms[(state % atoms.len() as u64) as usize]);
+            }
+            check(&splitters, &s);
+        }
+    }
+
+    #[test]
+    fn random_code_points_match_fancy_regex() {
+        // Code points drawn from every class the patterns distinguish, with ASCII, quotes,
+        // contraction letters and whitespace over-represented.
+        let pools: &[&[u32]] = &[
+            &[0x20, 0x20, 0x20, 0x9, 0xA, 0xD, 0xB, 0xC, 0x85, 0xA0, 0x1680, 0x2000, 0x2028, 0x2029, 0x202F, 0x3000],
+            &[0x27, 0x27, 0x73, 0x53, 0x17F, 0x74, 0x54, 0x64, 0x6D, 0x6C, 0x4C, 0x76, 0x65, 0x45, 0x72, 0x52, 0x212A],
+            &[0x41, 0x5A, 0x61, 0x7A, 0xC9, 0xE9, 0x1C5, 0x2B0, 0x4E2D, 0x3042, 0x5D0, 0x627, 0x3B1, 0x391, 0x10400, 0x10428],
+            &[0x300, 0x301, 0x36F, 0x94D, 0x20DD, 0xFE0F, 0x200D, 0x1F3FD],
+            &[0x30, 0x39, 0x661, 0x966, 0x2167, 0xBD, 0x2460, 0x1D7CE],
+            &[0x21, 0x2F, 0x2C, 0x2E, 0x3F, 0x2D, 0x5F, 0x7E, 0xB6, 0x2014, 0x1F600, 0x1F44D, 0x3002, 0xFF01, 0x0],
+        ];
+        let splitters = splitters();
+        let mut state = 0x9E3779B97F4A7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40) as usize;
+            let mut s = String::new();
+            for _ in 0..len {
+                let pool = pools[(next() % pools.len() as u64) as usize];
+                let cp = pool[(next() % pool.len() as u64) as usize];
+                s.push(char::from_u32(cp).unwrap());
             }
             check(&splitters, &s);
         }

@@ -31,7 +31,7 @@ pub const INLINE_MAX: usize = 15;
 
 /// Packs a byte string of at most [`INLINE_MAX`] bytes with its length into one key.
 #[inline(always)]
-fn inline_key(bytes: &[u8]) -> u128 {
+pub fn inline_key(bytes: &[u8]) -> u128 {
     let mut buf = [0u8; 16];
     buf[..bytes.len()].copy_from_slice(bytes);
     buf[15] = bytes.len() as u8;
@@ -120,6 +120,12 @@ impl Vocab {
             n if n <= INLINE_MAX => self.short.get(&inline_key(bytes)).copied(),
             _ => self.ranks.get(bytes).copied(),
         }
+    }
+
+    /// The rank of a string of 2..=[`INLINE_MAX`] bytes given by its [`inline_key`].
+    #[inline]
+    pub fn rank_inline(&self, key: u128) -> Option<Rank> {
+        self.short.get(&key).copied()
     }
 
     pub fn ranks(&self) -> &FxHashMap<Vec<u8>, Rank> {

@@ -1,0 +1,109 @@
+//! A bounded cache of encoded pieces, one per thread, so that parallel batch encoding
+//! takes no lock. Real text repeats its words: once a piece is encoded, the next occurrence
+//! costs one probe of a table that stays in the CPU's cache instead of a lookup in the
+//! large vocabulary table (and possibly a byte-pair merge).
+//!
+//! Direct-mapped: a fixed number of slots, a new entry replaces whatever hashed to its slot,
+//! so memory is fixed (a few hundred KiB per thread) however much text passes. Entries
+//! carry the id of the encoder that wrote them, so encoders never see each other's results.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::Rank;
+
+/// Slots per thread (a power of two).
+const SLOTS: usize = 1 << 13;
+/// Pieces encoding to more tokens than this are not cached.
+pub const MAX_TOKENS: usize = 3;
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    key: [u64; 2],
+    owner: u32,
+    len: u32,
+    tokens: [Rank; MAX_TOKENS],
+}
+
+pub struct PieceCache {
+    slots: Box<[Slot]>,
+}
+
+static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
+
+/// A fresh owner id for a new encoder (0 marks an empty slot).
+pub fn new_owner() -> u32 {
+    NEXT_OWNER.fetch_add(1, Ordering::Relaxed).max(1)
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<PieceCache>> = const { RefCell::new(None) };
+}
+
+impl PieceCache {
+    fn new() -> Self {
+        Self { slots: vec![Slot::default(); SLOTS].into_boxed_slice() }
+    }
+
+    #[inline(always)]
+    fn slot(key: u128) -> usize {
+        // Fibonacci hashing of the folded key.
+        let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - 13)) as usize
+    }
+
+    #[inline(always)]
+    fn split(key: u128) -> [u64; 2] {
+        [key as u64, (key >> 64) as u64]
+    }
+
+    /// The tokens cached for `key` by `owner`.
+    #[inline(always)]
+    pub fn get(&self, owner: u32, key: u128) -> Option<&[Rank]> {
+        let s = &self.slots[Self::slot(key)];
+        if s.owner == owner && s.key == Self::split(key) {
+            Some(&s.tokens[..s.len as usize])
+        } else {
+            None
+        }
+    }
+
+    #[inline(always)]
+    pub fn put(&mut self, owner: u32, key: u128, tokens: &[Rank]) {
+        if tokens.len() > MAX_TOKENS {
+            return;
+        }
+        let s = &mut self.slots[Self::slot(key)];
+        s.key = Self::split(key);
+        s.owner = owner;
+        s.len = tokens.len() as u32;
+        s.tokens[..tokens.len()].copy_from_slice(tokens);
+    }
+
+    /// Runs `f` with this thread's cache (created on first use). A re-entrant call gets a
+    /// temporary cache instead of failing.
+    pub fn with<R>(f: impl FnOnce(&mut PieceCache) -> R) -> R {
+        CACHE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut guard) => f(guard.get_or_insert_with(PieceCache::new)),
+            Err(_) => f(&mut PieceCache::new()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::inline_key;
+
+    #[test]
+    fn owners_do_not_share_entries_and_long_results_are_skipped() {
+        let mut c = PieceCache::new();
+        let k = inline_key(b"hello");
+        c.put(1, k, &[7, 8]);
+        assert_eq!(c.get(1, k), Some(&[7, 8][..]));
+        assert_eq!(c.get(2, k), None);
+        assert_eq!(c.get(1, inline_key(b"hellp")), None);
+        c.put(1, k, &[1, 2, 3, 4]);
+        assert_eq!(c.get(1, k), Some(&[7, 8][..]));
+    }
+}

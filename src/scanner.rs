@@ -1,0 +1,409 @@
+//! Hand-written pre-tokenizers for the standard split patterns (GPT-2/r50k, cl100k,
+//! nanochat's variant of cl100k, o200k). Each reproduces its regex's leftmost-first
+//! matches exactly — alternatives in order, the backtracking of optional prefixes and of
+//! `\s*`, possessive quantifiers, case-insensitive contractions (`ſ` folds to `s`), and the
+//! `\s+(?!\S)` lookahead — in one forward pass with no regex machinery. Character classes
+//! come from the regex engines' own Unicode tables (`char_classes.rs`). Differential tests
+//! against fancy-regex (here and in the Python suite) check the equivalence.
+
+use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
+
+/// Which pattern a scanner reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` and its
+    /// possessive rewrite.
+    R50k,
+    /// cl100k's shape: case-insensitive contractions, letters with one optional leading
+    /// non-letter, digits in groups of at most `max_digits`, punctuation runs with trailing
+    /// newlines, whitespace ending in a newline, then the whitespace tail. With
+    /// `run_to_end_first`, a whitespace run reaching the end of the text is one piece
+    /// (`\s++$` placed before `\s*[\r\n]`, as in tiktoken ≥ 0.10's cl100k pattern).
+    Cl100k { max_digits: usize, run_to_end_first: bool },
+    /// o200k's shape: words split by letter case with optional contractions.
+    O200k,
+}
+
+/// The standard patterns a scanner reproduces, as their exact source strings.
+const KNOWN: &[(&str, Family)] = &[
+    (r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s", Family::R50k),
+    (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+", Family::R50k),
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s",
+        Family::Cl100k { max_digits: 3, run_to_end_first: true },
+    ),
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+        Family::Cl100k { max_digits: 3, run_to_end_first: false },
+    ),
+    (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        Family::Cl100k { max_digits: 3, run_to_end_first: false },
+    ),
+    (
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+        Family::Cl100k { max_digits: 2, run_to_end_first: false },
+    ),
+    (
+        concat!(
+            r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|",
+            r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|",
+            r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        ),
+        Family::O200k,
+    ),
+];
+
+/// The letters of the contractions fold case as the regex engines fold them: ASCII case
+/// pairs, plus `ſ` (U+017F) for `s` (checked against regex-syntax in the tests).
+#[inline(always)]
+fn folds_to(c: u32, lower: u8) -> bool {
+    c == lower as u32 || c == lower.to_ascii_uppercase() as u32 || (lower == b's' && c == 0x17F)
+}
+
+/// A scanner for one of the standard patterns.
+pub struct Scanner {
+    family: Family,
+    classes: &'static CharClasses,
+    ascii: [u8; 128],
+}
+
+impl Scanner {
+    /// The scanner reproducing `pattern`, if it is one of the standard patterns.
+    pub fn for_pattern(pattern: &str) -> Option<Self> {
+        KNOWN.iter().find(|(p, _)| *p == pattern).map(|&(_, family)| Self::new(family))
+    }
+
+    pub fn new(family: Family) -> Self {
+        let classes = CharClasses::get();
+        let mut ascii = [0u8; 128];
+        for (c, slot) in ascii.iter_mut().enumerate() {
+            *slot = classes.of(c as u32);
+        }
+        Self { family, classes, ascii }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Calls `f` with each piece of `text`, in order.
+    #[inline]
+    pub fn for_each_piece<'t, E>(&self, text: &'t str, mut f: impl FnMut(&'t str) -> Result<(), E>) -> Result<(), E> {
+        let b = text.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let end = match self.family {
+                Family::R50k => self.r50k(b, i),
+                Family::Cl100k { max_digits, run_to_end_first } => self.cl100k(b, i, max_digits, run_to_end_first),
+                Family::O200k => self.o200k(b, i),
+            };
+            debug_assert!(end > i && text.is_char_boundary(end));
+            f(&text[i..end])?;
+            i = end;
+        }
+        Ok(())
+    }
+
+    /// `(flags, code point, byte length)` of the character at `i`.
+    #[inline(always)]
+    fn at(&self, b: &[u8], i: usize) -> (u8, u32, usize) {
+        let x = b[i];
+        if x < 0x80 {
+            return (self.ascii[x as usize], x as u32, 1);
+        }
+        let (c, len) = if x < 0xE0 {
+            (((x & 0x1F) as u32) << 6 | (b[i + 1] & 0x3F) as u32, 2)
+        } else if x < 0xF0 {
+            (((x & 0x0F) as u32) << 12 | ((b[i + 1] & 0x3F) as u32) << 6 | (b[i + 2] & 0x3F) as u32, 3)
+        } else {
+            (
+                ((x & 0x07) as u32) << 18
+                    | ((b[i + 1] & 0x3F) as u32) << 12
+                    | ((b[i + 2] & 0x3F) as u32) << 6
+                    | (b[i + 3] & 0x3F) as u32,
+                4,
+            )
+        };
+        (self.classes.of(c), c, len)
+    }
+
+    /// End of the run of characters from `i` having any flag of `mask`.
+    #[inline(always)]
+    fn run(&self, b: &[u8], mut i: usize, mask: u8) -> usize {
+        while i < b.len() {
+            let (f, _, l) = self.at(b, i);
+            if f & mask == 0 {
+                break;
+            }
+            i += l;
+        }
+        i
+    }
+
+    /// End of the run of characters from `i` having no flag of `mask`.
+    #[inline(always)]
+    fn run_without(&self, b: &[u8], mut i: usize, mask: u8) -> usize {
+        while i < b.len() {
+            let (f, _, l) = self.at(b, i);
+            if f & mask != 0 {
+                break;
+            }
+            i += l;
+        }
+        i
+    }
+
+    #[inline(always)]
+    fn flags_at(&self, b: &[u8], i: usize) -> u8 {
+        if i < b.len() { self.at(b, i).0 } else { 0 }
+    }
+
+    /// The whitespace tail `\s+(?!\S)|\s+` for the run `[i, end)` of whitespace: the whole
+    /// run at the end of the text, else all but its last character when it has two or more.
+    #[inline(always)]
+    fn space_tail(b: &[u8], i: usize, first_len: usize, end: usize) -> usize {
+        if end == b.len() || i + first_len == end {
+            return end;
+        }
+        let mut last = end - 1;
+        while b[last] & 0xC0 == 0x80 {
+            last -= 1;
+        }
+        last
+    }
+
+    /// One past the last `\r` or `\n` in `[i, end)`, if any (`\s*[\r\n]` and `\s*[\r\n]+`).
+    #[inline(always)]
+    fn after_last_newline(b: &[u8], i: usize, end: usize) -> Option<usize> {
+        b[i..end].iter().rposition(|&x| x == b'\n' || x == b'\r').map(|p| i + p + 1)
+    }
+
+    fn r50k(&self, b: &[u8], i: usize) -> usize {
+        let (f, c, l) = self.at(b, i);
+        if c == '\'' as u32 && i + 1 < b.len() {
+            match b[i + 1] {
+                b's' | b'd' | b'm' | b't' => return i + 2,
+                b'l' if b.get(i + 2) == Some(&b'l') => return i + 3,
+                b'v' | b'r' if b.get(i + 2) == Some(&b'e') => return i + 3,
+                _ => {}
+            }
+        }
+        let after_space = if c == ' ' as u32 { self.flags_at(b, i + 1) } else { 0 };
+        if f & LETTER != 0 {
+            return self.run(b, i + l, LETTER);
+        }
+        if after_space & LETTER != 0 {
+            return self.run(b, i + 1, LETTER);
+        }
+        if f & NUMBER != 0 {
+            return self.run(b, i + l, NUMBER);
+        }
+        if after_space & NUMBER != 0 {
+            return self.run(b, i + 1, NUMBER);
+        }
+        const OTHER: u8 = SPACE | LETTER | NUMBER;
+        if f & OTHER == 0 {
+            return self.run_without(b, i + l, OTHER);
+        }
+        if c == ' ' as u32 && i + 1 < b.len() && after_space & OTHER == 0 {
+            return self.run_without(b, i + 1, OTHER);
+        }
+        let end = self.run(b, i, SPACE);
+        Self::space_tail(b, i, l, end)
+    }
+
+    fn cl100k(&self, b: &[u8], i: usize, max_digits: usize, run_to_end_first: bool) -> usize {
+        let n = b.len();
+        let (f, c, l) = self.at(b, i);
+        // '(?i:[sdmt]|ll|ve|re)
+        if c == '\'' as u32 && i + 1 < n {
+            let (_, c1, l1) = self.at(b, i + 1);
+            if folds_to(c1, b's') || folds_to(c1, b'd') || folds_to(c1, b'm') || folds_to(c1, b't') {
+                return i + 1 + l1;
+            }
+            if i + 1 + l1 < n {
+                let (_, c2, l2) = self.at(b, i + 1 + l1);
+                if (folds_to(c1, b'l') && folds_to(c2, b'l'))
+                    || ((folds_to(c1, b'v') || folds_to(c1, b'r')) && folds_to(c2, b'e'))
+                {
+                    return i + 1 + l1 + l2;
+                }
+            }
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if f & LETTER != 0 {
+            return self.run(b, i + l, LETTER);
+        }
+        if f & (NEWLINE | LETTER | NUMBER) == 0 && self.flags_at(b, i + l) & LETTER != 0 {
+            return self.run(b, i + l, LETTER);
+        }
+        // \p{N}{1,max_digits}
+        if f & NUMBER != 0 {
+            let mut j = i + l;
+            for _ in 1..max_digits {
+                if j >= n {
+                    break;
+                }
+                let (f1, _, l1) = self.at(b, j);
+                if f1 & NUMBER == 0 {
+                    break;
+                }
+                j += l1;
+            }
+            return j;
+        }
+        //  ?[^\s\p{L}\p{N}]+[\r\n]*
+        const OTHER: u8 = SPACE | LETTER | NUMBER;
+        let start = if c == ' ' as u32 { i + 1 } else { i };
+        if start < n {
+            let (fs, _, ls) = self.at(b, start);
+            if fs & OTHER == 0 {
+                let mut j = self.run_without(b, start + ls, OTHER);
+                while j < n && (b[j] == b'\r' || b[j] == b'\n') {
+                    j += 1;
+                }
+                return j;
+            }
+        }
+        // Whitespace: [\s++$] \s*[\r\n] | \s+(?!\S) | \s
+        let end = self.run(b, i, SPACE);
+        if run_to_end_first && end == n {
+            return n;
+        }
+        if let Some(e) = Self::after_last_newline(b, i, end) {
+            return e;
+        }
+        Self::space_tail(b, i, l, end)
+    }
+
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` at `j`.
+    #[inline(always)]
+    fn o200k_contraction(&self, b: &[u8], j: usize) -> usize {
+        let n = b.len();
+        if j + 1 >= n || b[j] != b'\'' {
+            return j;
+        }
+        let (_, c1, l1) = self.at(b, j + 1);
+        if folds_to(c1, b's') || folds_to(c1, b't') || folds_to(c1, b'm') || folds_to(c1, b'd') {
+            return j + 1 + l1;
+        }
+        if j + 1 + l1 < n {
+            let (_, c2, l2) = self.at(b, j + 1 + l1);
+            if ((folds_to(c1, b'r') || folds_to(c1, b'v')) && folds_to(c2, b'e')) || (folds_to(c1, b'l') && folds_to(c2, b'l')) {
+                return j + 1 + l1 + l2;
+            }
+        }
+        j
+    }
+
+    /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` at `s`, with the
+    /// backtracking of the first run: the match ends after the last lower-ish character
+    /// that the upper-ish run can give back to the lower-ish one.
+    fn upper_then_lower(&self, b: &[u8], s: usize) -> Option<usize> {
+        let u_end = self.run(b, s, UPPERISH);
+        if self.flags_at(b, u_end) & LOWERISH != 0 {
+            return Some(self.run(b, u_end, LOWERISH));
+        }
+        let mut j = u_end;
+        while j > s {
+            j -= 1;
+            while b[j] & 0xC0 == 0x80 {
+                j -= 1;
+            }
+            let (f, _, l) = self.at(b, j);
+            if f & LOWERISH != 0 {
+                return Some(j + l);
+            }
+        }
+        None
+    }
+
+    fn o200k(&self, b: &[u8], i: usize) -> usize {
+        let n = b.len();
+        let (f, c, l) = self.at(b, i);
+        let prefixable = f & (NEWLINE | LETTER | NUMBER) == 0;
+        // [^\r\n\p{L}\p{N}]?[upper]*[lower]+(contraction)?  — with, then without, the prefix
+        if prefixable && i + l < n {
+            if let Some(e) = self.upper_then_lower(b, i + l) {
+                return self.o200k_contraction(b, e);
+            }
+        }
+        if let Some(e) = self.upper_then_lower(b, i) {
+            return self.o200k_contraction(b, e);
+        }
+        // [^\r\n\p{L}\p{N}]?[upper]+[lower]*(contraction)?
+        if prefixable {
+            let u = self.run(b, i + l, UPPERISH);
+            if u > i + l {
+                return self.o200k_contraction(b, self.run(b, u, LOWERISH));
+            }
+        }
+        let u = self.run(b, i, UPPERISH);
+        if u > i {
+            return self.o200k_contraction(b, self.run(b, u, LOWERISH));
+        }
+        // \p{N}{1,3}
+        if f & NUMBER != 0 {
+            let mut j = i + l;
+            for _ in 1..3 {
+                if j >= n {
+                    break;
+                }
+                let (f1, _, l1) = self.at(b, j);
+                if f1 & NUMBER == 0 {
+                    break;
+                }
+                j += l1;
+            }
+            return j;
+        }
+        //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+        const OTHER: u8 = SPACE | LETTER | NUMBER;
+        let start = if c == ' ' as u32 { i + 1 } else { i };
+        if start < n {
+            let (fs, _, ls) = self.at(b, start);
+            if fs & OTHER == 0 {
+                let mut j = self.run_without(b, start + ls, OTHER);
+                while j < n && matches!(b[j], b'\r' | b'\n' | b'/') {
+                    j += 1;
+                }
+                return j;
+            }
+        }
+        // \s*[\r\n]+ | \s+(?!\S) | \s+
+        let end = self.run(b, i, SPACE);
+        if let Some(e) = Self::after_last_newline(b, i, end) {
+            return e;
+        }
+        Self::space_tail(b, i, l, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::char_classes::case_variants;
+
+    #[test]
+    fn contraction_letters_fold_as_the_regex_engines_fold() {
+        for letter in "sdmtlvre".chars() {
+            for c in case_variants(letter) {
+                assert!(folds_to(c as u32, letter as u8), "{c:?} should fold to {letter}");
+            }
+            for c in 0..0x3000u32 {
+                if folds_to(c, letter as u8) {
+                    assert!(case_variants(letter).contains(&char::from_u32(c).unwrap()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_known_pattern_has_a_scanner() {
+        for (p, fam) in KNOWN {
+            assert_eq!(Scanner::for_pattern(p).map(|s| s.family()), Some(*fam));
+        }
+        assert!(Scanner::for_pattern(r"\w+").is_none());
+    }
+}
