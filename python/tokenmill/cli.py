@@ -1,30 +1,15 @@
-"""The ``tokenmill`` command line: ``train`` (the default) and ``encode``."""
+"""The ``tokenmill`` command line: ``train`` (the default), ``encode`` and ``eval``."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 DEFAULT_VOCAB_SIZE = 8192
-
-
-@contextlib.contextmanager
-def _offline() -> Iterator[None]:
-    """Vocabulary lookups inside use only what is cached: nothing is downloaded."""
-    old = os.environ.get("TOKENMILL_OFFLINE")
-    os.environ["TOKENMILL_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TOKENMILL_OFFLINE"]
-        else:
-            os.environ["TOKENMILL_OFFLINE"] = old
 
 
 def _bytes_per_token(enc, texts: Sequence[str]) -> float:
@@ -34,16 +19,15 @@ def _bytes_per_token(enc, texts: Sequence[str]) -> float:
 
 
 def _compression_table(trained, held_out: Sequence[str]) -> List[str]:
-    import tokenmill
+    from tokenmill.evaluate import load_tokenizers
 
     rows = [("trained", trained.n_vocab, _bytes_per_token(trained, held_out))]
     for label, name in (("GPT-2", "gpt2"), ("GPT-4", "cl100k_base")):
-        try:
-            with _offline():
-                enc = tokenmill.get_encoding(name)
-        except (OSError, ValueError):
+        found, _ = load_tokenizers([name])  # cached vocabularies only: nothing is downloaded
+        if not found:
             rows.append((f"{label} ({name})", None, None))
             continue
+        enc = found[0].encoding
         rows.append((f"{label} ({name})", enc.n_vocab, _bytes_per_token(enc, held_out)))
     base = rows[0][2]
     lines = [f"  {'tokenizer':<22} {'vocab':>8} {'bytes/token':>12} {'vs trained':>11}"]
@@ -154,10 +138,68 @@ def cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``tokenmill eval``: bytes per token and tokens per character of each tokenizer, per row
+    of text, relative to a baseline (see :mod:`tokenmill.evaluate`). Tokenizers that cannot be
+    loaded (an uncached vocabulary without ``--allow-download``, a typo) are reported and left
+    out; it fails (2) only when none loads, or the ``--baseline`` named does not."""
+    from tokenmill import evaluate as ev
+
+    if args.plot:
+        ev.require_matplotlib()  # fail before the work, not after
+    if args.limit_mb is not None and args.limit_mb <= 0:
+        raise ValueError("--limit-mb must be positive")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError("--threads must be at least 1")
+    specs = list(args.tokenizer or ev.DEFAULT_TOKENIZERS)
+    baseline_key = ev.spec_key(args.baseline) if args.baseline else None
+    if baseline_key and baseline_key not in [ev.spec_key(s) for s in specs]:
+        specs.insert(0, args.baseline)
+    tokenizers, unavailable = ev.load_tokenizers(specs, allow_download=args.allow_download)
+    machine = args.format != "text"
+    if machine or not tokenizers:  # the text report lists them itself; keep other formats parseable
+        for u in unavailable:
+            print(f"tokenmill: eval: {u.spec}: unavailable: {u.reason}", file=sys.stderr)
+    if not tokenizers:
+        print("tokenmill: error: no tokenizer could be loaded", file=sys.stderr)
+        return 2
+    baseline = tokenizers[0].label
+    if baseline_key:
+        match = [t for t in tokenizers if ev.spec_key(t.spec) == baseline_key]
+        if not match:
+            print(f"tokenmill: error: the baseline {args.baseline} is unavailable", file=sys.stderr)
+            return 2
+        baseline = match[0].label
+
+    limit = None if args.limit_mb is None else int(args.limit_mb * 1e6)
+    if args.files:
+        docs = ev.file_documents(
+            args.files, group_by=args.group_by, lang_from_path=args.lang_from_path,
+            input_format=args.input_format, column=args.column, limit_bytes=limit,
+        )
+        source, notes, title = ", ".join(args.files), [], args.group_by
+    else:
+        if args.group_by != "file" or args.lang_from_path:
+            raise ValueError("--group-by and --lang-from-path apply to FILES; the default corpus has a row per domain")
+        from tokenmill.corpus import stdlib_root
+
+        docs, notes = ev.default_documents(limit)
+        source, title = f"the built-in default corpus, from the standard library in {stdlib_root()}", "domain"
+    result = ev.evaluate(
+        docs, tokenizers, baseline=baseline, threads=args.threads,
+        group_title=title, source=source, notes=notes, unavailable=unavailable,
+    )
+    sys.stdout.write(ev.render(result, args.format))
+    if args.plot:
+        ev.plot(result, args.plot)
+        print(f"plot saved to {args.plot}", file=sys.stderr if machine else sys.stdout)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tokenmill.sources import FORMATS
 
-    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE: train and encode.")
+    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE: train, encode and evaluate.")
     sub = ap.add_subparsers(dest="command")
 
     tr = sub.add_parser("train", help="train a vocabulary (default corpus: the Python standard library's sources)")
@@ -184,13 +226,46 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--limit-mb", type=float, default=20.0, help="size of the default corpus sample in MB")
     enc.add_argument("--output", help="save all ids, concatenated, as a .npy uint32 array")
     enc.set_defaults(func=cmd_encode)
+
+    from tokenmill.evaluate import DEFAULT_TOKENIZERS, GROUP_BY, OUTPUT_FORMATS
+
+    ev = sub.add_parser(
+        "eval",
+        help="compare tokenizers' compression (bytes per token) per file, domain or language",
+        description=(
+            "Bytes per token (higher = better compression) and tokens per character of each "
+            "tokenizer, per file, domain or language, with the relative difference from a "
+            "baseline. Without files: the built-in default corpus (standard-library code, its "
+            "docstrings and comments, and Chinese/Japanese/Korean text where this Python ships "
+            "its test package). Put FILES before -t, or end the -t list with --."
+        ),
+    )
+    ev.add_argument("files", nargs="*", help="files, directories or globs; none: the built-in default corpus")
+    ev.add_argument(
+        "-t", "--tokenizer", action="extend", nargs="+", metavar="NAME_OR_DIR",
+        help=f"saved tokenizer directories or pretrained names (default: {' '.join(DEFAULT_TOKENIZERS)})",
+    )
+    ev.add_argument("--baseline", metavar="NAME_OR_DIR", help="tokenizer relative differences refer to (default: the first)")
+    ev.add_argument("--group-by", default="file", choices=GROUP_BY, help="a row per file (default), directory or extension")
+    ev.add_argument("--lang-from-path", action="store_true", help="also a row per language, from directory names like en/, de/, pt-BR/")
+    ev.add_argument("--format", default="text", choices=OUTPUT_FORMATS, help="output format (default text)")
+    ev.add_argument("--input-format", default="auto", choices=FORMATS, help="input format (default: by extension)")
+    ev.add_argument("--column", default="text", help="JSONL field / Parquet column with the text (default text)")
+    ev.add_argument("--limit-mb", type=float, help="read at most about this many MB per row (default: all)")
+    ev.add_argument("--threads", type=int, help="encoding threads (default: all cores)")
+    ev.add_argument("--plot", metavar="FILE.png", help="also save a bar chart (needs matplotlib: tokenmill[plot])")
+    ev.add_argument(
+        "--allow-download", action="store_true",
+        help="download pretrained vocabularies that are not cached (default: report them as unavailable)",
+    )
+    ev.set_defaults(func=cmd_eval)
     return ap
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("train", "encode", "-h", "--help"):
+    if not argv or argv[0] not in ("train", "encode", "eval", "-h", "--help"):
         argv = ["train", *argv]
     args = ap.parse_args(argv)
     try:
