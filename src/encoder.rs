@@ -3,6 +3,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::batch;
 use crate::bpe::{self, Scratch};
 use crate::piece_cache::{self, PieceCache};
 use crate::error::{Error, Rank, Result};
@@ -117,6 +118,51 @@ impl Encoder {
     pub fn encode(&self, text: &str, policy: &SpecialPolicy) -> Result<Vec<Rank>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         self.encode_into(text, policy, &mut out, &mut Scratch::default())?;
+        Ok(out)
+    }
+
+    /// Encodes many texts on up to `threads` cores, keeping their order. With `policy`
+    /// `None` special tokens are ordinary text (`encode_ordinary`). A text much longer than
+    /// the others would leave every core but one idle, so texts above [`SPLIT_ABOVE`] bytes
+    /// are cut into chunks at points where the pre-tokenizer is certain to start a new
+    /// piece, the chunks encoded in parallel and their tokens joined, which gives exactly
+    /// the tokens of the whole text.
+    pub fn encode_batch<S: AsRef<str> + Sync>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Vec<Rank>>> {
+        // (text index, slice, encode as ordinary text)
+        let mut work: Vec<(usize, &str, bool)> = Vec::with_capacity(texts.len());
+        let can_cut = threads > 1 && matches!(self.splitter, Splitter::Scan(_));
+        for (i, t) in texts.iter().enumerate() {
+            let t = t.as_ref();
+            let ordinary = match policy {
+                None => true,
+                Some(p) => p.extra_disallowed.is_empty() && self.specials.find(t, p).is_empty(),
+            };
+            if can_cut && ordinary && t.len() > SPLIT_ABOVE {
+                let mut start = 0;
+                for cut in cut_points(t, CHUNK) {
+                    work.push((i, &t[start..cut], true));
+                    start = cut;
+                }
+                work.push((i, &t[start..], true));
+            } else {
+                work.push((i, t, ordinary));
+            }
+        }
+        let encoded = batch::map(&work, threads, |&(_, t, ordinary)| match (ordinary, policy) {
+            (false, Some(p)) => self.encode(t, p),
+            _ => self.encode_ordinary(t),
+        })?;
+        if work.len() == texts.len() {
+            return Ok(encoded);
+        }
+        let mut out: Vec<Vec<Rank>> = Vec::with_capacity(texts.len());
+        for (&(i, _, _), tokens) in work.iter().zip(encoded) {
+            if i == out.len() {
+                out.push(tokens);
+            } else {
+                out[i].extend_from_slice(&tokens);
+            }
+        }
         Ok(out)
     }
 
@@ -251,6 +297,43 @@ impl Encoder {
     }
 }
 
+/// Texts longer than this are cut into chunks of about [`CHUNK`] bytes for batch encoding.
+pub const SPLIT_ABOVE: usize = 1 << 19;
+const CHUNK: usize = 1 << 18;
+
+/// Byte offsets, about `chunk` apart, just after a `\n` that has a non-space character on
+/// both sides. Every standard pattern ends a piece there and starts a new one whatever
+/// comes before or after (no piece can begin with a newline, and a lone newline between
+/// two non-spaces is a piece boundary on both sides), so encoding the parts separately
+/// gives the tokens of the whole.
+fn cut_points(text: &str, chunk: usize) -> Vec<usize> {
+    let b = text.as_bytes();
+    let mut cuts = Vec::new();
+    let mut target = chunk;
+    while target < b.len() {
+        let mut found = None;
+        let mut p = target;
+        while let Some(off) = b[p..(target + chunk).min(b.len())].iter().position(|&x| x == b'\n') {
+            let nl = p + off;
+            let before = text[..nl].chars().next_back();
+            let after = text[nl + 1..].chars().next();
+            if matches!((before, after), (Some(x), Some(y)) if !x.is_whitespace() && !y.is_whitespace()) {
+                found = Some(nl + 1);
+                break;
+            }
+            p = nl + 1;
+        }
+        match found {
+            Some(c) => {
+                cuts.push(c);
+                target = c + chunk;
+            }
+            None => target += chunk,
+        }
+    }
+    cuts
+}
+
 /// The last UTF-8 character of `bytes` and its width, if the tail is valid UTF-8.
 fn last_char(bytes: &[u8]) -> Option<(char, usize)> {
     let start = bytes.len().saturating_sub(4);
@@ -299,6 +382,27 @@ mod tests {
         assert_eq!(all[1], 1000);
         let only_pad = SpecialPolicy { allowed: SpecialSet::Ids([1001].into_iter().collect()), disallowed: SpecialSet::Nothing, extra_disallowed: vec![] };
         assert_eq!(e.encode(t, &only_pad).unwrap(), ord);
+    }
+
+    #[test]
+    fn batch_cutting_long_texts_gives_the_tokens_of_the_whole() {
+        let mut ranks = byte_vocab();
+        ranks.insert(b"\n\n".to_vec(), 261);
+        ranks.insert(b"  ".to_vec(), 262);
+        let patterns = [
+            r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s",
+            r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+        ];
+        let unit = "hello world\nx\n\n  y!!\nz 12345\n \n\u{a0}\nw\r\nq";
+        let long: String = unit.repeat(SPLIT_ABOVE / unit.len() * 3);
+        for p in patterns {
+            let e = Encoder::new(ranks.clone(), vec![], p).unwrap();
+            let whole = e.encode_ordinary(&long).unwrap();
+            let cut = e.encode_batch(&[long.as_str(), "hello"], None, 4).unwrap();
+            assert!(cut_points(&long, CHUNK).len() > 2);
+            assert_eq!(cut[0], whole, "pattern {p}");
+            assert_eq!(cut[1], e.encode_ordinary("hello").unwrap());
+        }
     }
 
     #[test]

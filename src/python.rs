@@ -143,13 +143,13 @@ impl PyCoreBPE {
     fn encode_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let enc = &self.inner;
-        py.detach(|| batch::map(&texts, num_threads, |t| enc.encode(t, &policy))).map_err(|e| to_py_err(py, e))
+        py.detach(|| enc.encode_batch(&texts, Some(&policy), num_threads)).map_err(|e| to_py_err(py, e))
     }
 
     #[pyo3(signature = (texts, num_threads))]
     fn encode_ordinary_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
         let enc = &self.inner;
-        py.detach(|| batch::map(&texts, num_threads, |t| enc.encode_ordinary(t))).map_err(|e| to_py_err(py, e))
+        py.detach(|| enc.encode_batch(&texts, None, num_threads)).map_err(|e| to_py_err(py, e))
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
