@@ -1,71 +1,877 @@
-"""Encoding throughput: tokenmill against tiktoken (and HF tokenizers when installed),
-on the same real text in one run.
+"""Encoding throughput: tokenmill against its peers, all on the same real text, in one run.
 
-The text is the running Python's standard-library sources, which every machine has. Each
-library gets fresh encoding objects; neither keeps a cache of encoded pieces, so a pass
-over the text measures encoding, not lookups of earlier results. Ids are compared too:
-a speed figure for wrong ids would be meaningless.
+The peers: tiktoken, HF tokenizers, fastokens, wordchipper and bpe_openai.
+
+Fairness
+--------
+Every measurement happens in a fresh Python process (this script re-invoked with a hidden
+``--worker`` flag), one per (library, encoding, regime, mode, repeat): several of these
+libraries keep caches of encoded pieces in the process (tokenmill a bounded per-thread
+piece cache, HF's BPE model a word cache, fastokens a piece cache that makes a second pass
+over the same text several times faster), so no object or process-level cache may have
+seen the text before. The worker builds its tokenizer, loads the text (written once by the
+parent, so every library gets exactly the same documents), then times exactly one pass:
+one encode call per document, in order, on the calling thread. It writes back the seconds,
+the process CPU seconds (a library that spreads one call over several threads shows up
+there, and is named under the table), the number of tokens, and SHA-256 digests of the ids
+(per document, and of all documents: each document's length and ids as little-endian
+uint32). A library's ids are "the same" when its digest equals tiktoken's for that text.
+
+Rows, per encoding (``--encodings``):
+
+* one thread: every installed library, a short cold run (``--short-mb``, default 4.5 MB)
+  and a long stream (``--long-mb``, default 20 MB), each on its own, disjoint slice of the
+  text; x = tokenmill's MB/s over the library's (above 1: tokenmill is faster). The short
+  run includes whatever a library does on its first calls (lazy set-up) and caches that
+  are still cold; the long run shows that amortised and the caches warmed by the stream;
+* batch: tokenmill's and tiktoken's ``encode_ordinary_batch(docs, num_threads=<usable
+  cores>)`` on the same two slices (fresh processes too), and tokenmill's batch MB/s over
+  its own one-thread MB/s;
+* worst cases (tokenmill and tiktoken, one call on one document each): 1 MB of one
+  repeated letter, of letters and punctuation without whitespace (fixed seed), of digits
+  (fixed seed) and of spaces; their MB/s, and tokenmill's over its own short-run MB/s
+  (the target is at least 0.5).
+
+MB = 10**6 bytes of UTF-8 text. ``--repeat N`` runs every measurement N times, each in a
+fresh process, and keeps the fastest.
+
+How each library is loaded (nothing is downloaded; a library that is not installed, or
+fails to load, is skipped with a one-line note; an encoding whose vocabulary is not in
+tiktoken's cache is skipped):
+
+* tiktoken, tokenmill: ``get_encoding(name)``, then a fresh ``Encoding(name, pat_str=...,
+  mergeable_ranks=..., special_tokens=...)`` built from it; ``encode_ordinary(text)``.
+  Vocabularies come from tiktoken's cache (``TIKTOKEN_CACHE_DIR``, else
+  ``DATA_GYM_CACHE_DIR``, else ``<tmp>/data-gym-cache``); workers run with
+  ``TOKENMILL_OFFLINE=1``.
+* HF tokenizers: ``tokenmill.huggingface.to_hf_tokenizer(encoding)`` (skipped when that
+  module is missing), with ``encode_special_tokens = True`` so that special-token text is
+  encoded as ordinary text, as ``encode_ordinary`` does; ``encode(text,
+  add_special_tokens=False).ids``.
+* fastokens: ``Tokenizer.from_tiktoken(<the cached .tiktoken file>, encoding=name)``;
+  ``encode_ordinary(text).ids``. Its settings are left as shipped (its segment cache, for
+  chat traffic, is off unless ``FASTOKENS_SEGMENT_CACHE`` is set); what
+  ``segment_cache_stats()`` reports after the pass is printed.
+* wordchipper: ``Tokenizer.from_pretrained("openai:<name>")``; ``encode(text,
+  special_filter=SpecialFilter.include_none())`` (its default filter turns special-token
+  text into special tokens). It keeps its vocabulary under
+  ``$XDG_CACHE_HOME/io.crates.wordchipper/openai/<name>/<name>.tiktoken`` and downloads it
+  when missing; offline, wordchipper 0.9 silently writes an empty file there and then
+  encodes to byte-level ids (a wordchipper bug). So the worker points ``XDG_CACHE_HOME`` at
+  a temporary folder seeded with a copy of tiktoken's cached file before importing it,
+  refuses a vocabulary of fewer than 1000 tokens, and its ids are checked against
+  tiktoken's like every library's.
+* bpe_openai: ``bpe_openai.get_encoding(name).encode_ordinary(text)``; its vocabularies
+  (cl100k_base, o200k_base) ship inside the package, nothing is downloaded. Its
+  ``encode_ordinary`` refuses texts of 10**6 characters or more and results of more than
+  200,000 tokens, one reason documents are cut (below).
+
+Text (no download; deterministic for a given machine; documents of several kinds, each a
+file unless said otherwise, files in sorted path order, symbolic links, unreadable files,
+files that are not UTF-8 and files with NUL bytes skipped, exact duplicates skipped):
+
+* Python code: the running Python's standard-library sources (``tokenmill.corpus.stdlib_files``);
+* C headers: ``/usr/include/**/*.h``;
+* Rust code: ``$CARGO_HOME/registry/src/*/**/*.rs`` (``~/.cargo`` by default), if present;
+* Go code: ``/usr/share/doc/**/*.go``;
+* English docs: plain text and markdown under ``/usr/share/doc`` (``.txt``, ``.md``,
+  ``.markdown``, ``.rst``, ``.text``, and changelog/README/NEWS/copyright/AUTHORS/TODO/
+  THANKS/FAQ/BUGS/HISTORY files), ``.gz`` files decompressed;
+* manpages: ``/usr/share/man/man*/*.gz``, decompressed roff source (``.so`` redirections
+  skipped);
+* UI text in many languages: every gettext catalogue
+  ``/usr/share/locale/<lang>/LC_MESSAGES/*.mo`` parsed with ``gettext.GNUTranslations``,
+  one document per catalogue (its translated messages, the header excluded, joined with
+  newlines); catalogues are taken round-robin over the languages, so that any slice has
+  many languages.
+
+Documents longer than 100,000 characters are cut into pieces of at most that many (at a
+line end where there is one), for every library alike. The kinds share the text equally,
+except that a kind with less text than its share gives all it has and the others share the
+rest; the short slice takes the first part of each kind's share, the long slice the next
+(no document in both; the last document of a kind in a slice is cut to fit), so both have
+the same mix. Inside a slice the kinds are interleaved evenly by bytes. The MB per kind
+(and per language for UI text) of each slice, and a digest of each, are printed.
 
 Usage:
-    python benches/encode_compare.py [--encodings cl100k_base o200k_base] [--mb 8] [--repeat 3]
-
-Vocabularies are read through tiktoken's cache (set TIKTOKEN_CACHE_DIR).
+    python benches/encode_compare.py                      # cl100k_base and o200k_base
+    python benches/encode_compare.py --quick              # smoke test: 1 + 3 MB, one encoding
+    python benches/encode_compare.py --encodings o200k_base --short-mb 4.5 --long-mb 20 --repeat 3
+    python benches/encode_compare.py --libs tokenmill tiktoken fastokens
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import gettext
+import gzip
+import hashlib
+import importlib.util
+import json
 import os
 import platform
+import random
+import shutil
+import string
+import subprocess
 import sys
+import tempfile
 import time
+from array import array
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+#: --libs name -> (importable module, distribution name, label); tokenmill first, tiktoken second.
+LIBRARIES: Dict[str, Tuple[str, str, str]] = {
+    "tokenmill": ("tokenmill", "tokenmill", "tokenmill"),
+    "tiktoken": ("tiktoken", "tiktoken", "tiktoken"),
+    "hf": ("tokenizers", "tokenizers", "HF tokenizers"),
+    "fastokens": ("fastokens", "fastokens", "fastokens"),
+    "wordchipper": ("wordchipper", "wordchipper", "wordchipper"),
+    "bpe_openai": ("bpe_openai", "bpe-openai", "bpe_openai"),
+}
+BATCH_LIBS = ("tokenmill", "tiktoken")
+WORST_LIBS = ("tokenmill", "tiktoken")
+
+BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+MAX_DOC_CHARS = 100_000
+WORST_TARGET = 0.5
+
+#: kind -> label, in interleaving order.
+KINDS: Dict[str, str] = {
+    "python": "Python code (stdlib)",
+    "c": "C headers",
+    "rust": "Rust code",
+    "go": "Go code",
+    "docs": "English docs",
+    "man": "manpages (roff)",
+    "ui": "UI text (gettext)",
+}
+PROSE_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
+PROSE_PREFIXES = ("changelog", "readme", "news", "copyright", "authors", "todo", "thanks", "faq", "bugs", "history")
+
+WORST_CASES: Dict[str, str] = {
+    "letter": "one letter ('a')",
+    "nospace": "letters+punct., no space",
+    "digits": "digits",
+    "spaces": "spaces",
+}
 
 
-def best_of(repeat: int, fn) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
+# ---------------------------------------------------------------------------- text
+
+
+def _files_under(root: Path, keep: Callable[[str], bool]) -> List[Path]:
+    """Regular files under ``root`` whose name ``keep`` accepts (links skipped), sorted."""
+    found = []
+    if not root.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if not keep(name):
+                continue
+            path = Path(dirpath, name)
+            if path.is_symlink() or not path.is_file():
+                continue
+            found.append(path)
+    return sorted(found)
+
+
+def _read_text(path: Path) -> Optional[str]:
+    """The file as text (``.gz`` decompressed), or None if unreadable, not UTF-8 or with NULs."""
+    try:
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            data = gzip.decompress(data)
+        if b"\0" in data:
+            return None
+        return data.decode("utf-8")
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _is_prose(name: str) -> bool:
+    stem = name[:-3] if name.endswith(".gz") else name
+    return stem.lower().endswith(PROSE_SUFFIXES) or stem.lower().startswith(PROSE_PREFIXES)
+
+
+def _cargo_src_roots() -> List[Path]:
+    home = Path(os.environ.get("CARGO_HOME") or Path.home() / ".cargo")
+    src = home / "registry" / "src"
+    return sorted(p for p in src.glob("*") if p.is_dir()) if src.is_dir() else []
+
+
+def _mo_text(path: Path) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            catalog = gettext.GNUTranslations(f)._catalog  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a catalogue that does not parse is skipped
+        return None
+    messages = [v for k, v in catalog.items() if k != "" and isinstance(v, str) and v]
+    text = "\n".join(messages)
+    return None if "\0" in text else text
+
+
+def _ui_documents() -> Iterator[Tuple[str, str]]:
+    by_lang: Dict[str, List[Path]] = {}
+    root = Path("/usr/share/locale")
+    if root.is_dir():
+        for lang_dir in sorted(root.iterdir()):
+            mo_dir = lang_dir / "LC_MESSAGES"
+            if lang_dir.is_symlink() or not mo_dir.is_dir():
+                continue
+            files = sorted(p for p in mo_dir.glob("*.mo") if p.is_file() and not p.is_symlink())
+            if files:
+                by_lang[lang_dir.name] = files
+    rounds = max((len(v) for v in by_lang.values()), default=0)
+    for i in range(rounds):
+        for lang, files in by_lang.items():
+            if i < len(files):
+                text = _mo_text(files[i])
+                if text:
+                    yield f"{lang}/{files[i].name}", text
+
+
+def _file_documents(paths: Sequence[Path], skip_so: bool = False) -> Iterator[Tuple[str, str]]:
+    for path in paths:
+        text = _read_text(path)
+        if not text or not text.strip():
+            continue
+        if skip_so and text.startswith(".so ") and text.count("\n") <= 1:
+            continue
+        yield str(path), text
+
+
+def _kind_documents(kind: str) -> Iterator[Tuple[str, str]]:
+    if kind == "python":
+        from tokenmill.corpus import stdlib_files
+
+        yield from _file_documents(stdlib_files())
+    elif kind == "c":
+        yield from _file_documents(_files_under(Path("/usr/include"), lambda n: n.endswith(".h")))
+    elif kind == "rust":
+        for root in _cargo_src_roots():
+            yield from _file_documents(_files_under(root, lambda n: n.endswith(".rs")))
+    elif kind == "go":
+        yield from _file_documents(_files_under(Path("/usr/share/doc"), lambda n: n.endswith(".go")))
+    elif kind == "docs":
+        yield from _file_documents(_files_under(Path("/usr/share/doc"), _is_prose))
+    elif kind == "man":
+        man = Path("/usr/share/man")
+        dirs = sorted(p for p in man.glob("man*") if p.is_dir()) if man.is_dir() else []
+        paths = [p for d in dirs for p in sorted(d.glob("*.gz")) if p.is_file() and not p.is_symlink()]
+        yield from _file_documents(paths, skip_so=True)
+    elif kind == "ui":
+        yield from _ui_documents()
+
+
+def _cut(text: str, limit: int = MAX_DOC_CHARS) -> Iterator[str]:
+    """``text`` in pieces of at most ``limit`` characters, cut after a newline where possible."""
+    while len(text) > limit:
+        cut = text.rfind("\n", 0, limit) + 1
+        if cut <= limit // 2:
+            cut = limit
+        yield text[:cut]
+        text = text[cut:]
+    if text:
+        yield text
+
+
+class _KindReader:
+    """Reads one kind's documents lazily, skipping exact duplicates of any earlier document."""
+
+    def __init__(self, kind: str, seen: set):
+        self.kind = kind
+        self.docs: List[Tuple[str, str, int]] = []  # (label, text, UTF-8 bytes)
+        self.bytes = 0
+        self.exhausted = False
+        self._seen = seen
+        self._it = _kind_documents(kind)
+
+    def fill(self, target: float) -> None:
+        while self.bytes < target and not self.exhausted:
+            try:
+                label, text = next(self._it)
+            except StopIteration:
+                self.exhausted = True
+                return
+            key = hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest()
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            for piece in _cut(text):
+                n = len(piece.encode("utf-8"))
+                self.docs.append((label, piece, n))
+                self.bytes += n
+
+
+def build_slices(sizes: Sequence[int]) -> Tuple[List[List[Tuple[str, str, str]]], Dict[str, int]]:
+    """Consecutive, disjoint slices of ``sizes`` bytes with the same mix of kinds (see the
+    module docstring). Returns, per slice, its documents as (kind, label, text), and the
+    bytes each kind contributes in all."""
+    total = sum(sizes)
+    seen: set = set()
+    readers = {k: _KindReader(k, seen) for k in KINDS}
+    quota: Dict[str, float] = {}
+    pending = list(KINDS)
+    budget = float(total)
+    while pending:  # water-filling: a kind with less than its share gives all it has
+        share = budget / len(pending)
+        short = []
+        for k in pending:
+            readers[k].fill(share)
+            if readers[k].exhausted and readers[k].bytes < share:
+                short.append(k)
+        if not short:
+            for k in pending:
+                quota[k] = share
+            break
+        for k in short:
+            quota[k] = readers[k].bytes
+            budget -= readers[k].bytes
+            pending.remove(k)
+
+    slices: List[List[Tuple[str, str, str]]] = []
+    position = {k: 0 for k in KINDS}  # next document of each kind
+    for size in sizes:
+        per_kind: Dict[str, List[Tuple[str, str, int]]] = {}
+        targets: Dict[str, float] = {}
+        for k in KINDS:
+            target = quota.get(k, 0.0) * size / total
+            taken, got = [], 0
+            docs = readers[k].docs
+            while got < target:
+                if position[k] == len(docs):  # read on: the share's last document was cut
+                    readers[k].fill(readers[k].bytes + 1)
+                    if position[k] == len(docs):
+                        break
+                label, text, n = docs[position[k]]
+                position[k] += 1
+                if got + n > target:
+                    data = text.encode("utf-8")[: int(target - got)]
+                    text = data.decode("utf-8", "ignore")
+                    n = len(text.encode("utf-8"))
+                    if not n:
+                        break
+                taken.append((label, text, n))
+                got += n
+            if taken:
+                per_kind[k], targets[k] = taken, max(got, 1)
+        # Interleave evenly by bytes: always continue the kind furthest behind its target.
+        out: List[Tuple[str, str, str]] = []
+        index = {k: 0 for k in per_kind}
+        done = {k: 0 for k in per_kind}
+        while True:
+            open_kinds = [k for k in per_kind if index[k] < len(per_kind[k])]
+            if not open_kinds:
+                break
+            k = min(open_kinds, key=lambda kk: done[kk] / targets[kk])
+            label, text, n = per_kind[k][index[k]]
+            index[k] += 1
+            done[k] += n
+            out.append((k, label, text))
+        slices.append(out)
+    return slices, {k: int(v) for k, v in quota.items()}
+
+
+def worst_text(case: str, nbytes: int) -> str:
+    if case == "letter":
+        return "a" * nbytes
+    if case == "spaces":
+        return " " * nbytes
+    if case == "digits":
+        return "".join(random.Random(1).choices(string.digits, k=nbytes))
+    if case == "nospace":
+        return "".join(random.Random(0).choices(string.ascii_letters + string.punctuation, k=nbytes))
+    raise ValueError(case)
+
+
+def _language(label: str) -> str:
+    return label.split("/", 1)[0]
+
+
+def describe_slice(name: str, docs: List[Tuple[str, str, str]]) -> List[str]:
+    per_kind: Dict[str, List[int]] = {}
+    langs: Counter = Counter()
+    digest = hashlib.blake2b(digest_size=8)
+    total = 0
+    for kind, label, text in docs:
+        data = text.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+        total += len(data)
+        c = per_kind.setdefault(kind, [0, 0])
+        c[0] += 1
+        c[1] += len(data)
+        if kind == "ui":
+            langs[_language(label)] += len(data)
+    lines = [f"{name}: {total / 1e6:.2f} MB, {len(docs):,} documents, digest {digest.hexdigest()}"]
+    for kind, label in KINDS.items():
+        if kind in per_kind:
+            n, b = per_kind[kind]
+            lines.append(f"    {label:<22} {b / 1e6:>7.3f} MB {100 * b / max(total, 1):>5.1f}%  {n:>6,} documents")
+        else:
+            lines.append(f"    {label:<22} {'-':>7}    (none on this machine)")
+    if langs:
+        top = ", ".join(f"{lang} {b / 1e3:.0f} kB" for lang, b in langs.most_common(8))
+        lines.append(f"    UI text: {len(langs)} languages; largest: {top}")
+    return lines
+
+
+# ---------------------------------------------------------------------------- worker
+
+
+def _ids_digests(all_ids: List[Sequence[int]]) -> Tuple[str, List[str], int]:
+    total = hashlib.sha256()
+    per_doc = []
+    tokens = 0
+    for ids in all_ids:
+        data = array("I", ids)
+        if data.itemsize != 4:  # pragma: no cover - 'I' is 4 bytes on every supported platform
+            data = array("L", ids)
+        if sys.byteorder != "little":  # pragma: no cover
+            data.byteswap()
+        raw = data.tobytes()
+        total.update(len(ids).to_bytes(8, "little"))
+        total.update(raw)
+        per_doc.append(hashlib.sha256(raw).hexdigest()[:16])
+        tokens += len(ids)
+    return total.hexdigest(), per_doc, tokens
+
+
+def _tiktoken_like(module, name: str):
+    ref = module.get_encoding(name)
+    return module.Encoding(
+        name, pat_str=ref._pat_str, mergeable_ranks=ref._mergeable_ranks, special_tokens=ref._special_tokens
+    )
+
+
+def _build(lib: str, name: str, spec: dict, tmp: str) -> Tuple[Callable[[str], Sequence[int]], object, dict]:
+    """(encode one text, the library object, notes) for ``lib``."""
+    notes: dict = {}
+    if lib in ("tokenmill", "tiktoken"):
+        module = __import__(lib)
+        enc = _tiktoken_like(module, name)
+        return enc.encode_ordinary, enc, notes
+    if lib == "hf":
+        import tokenmill
+        from tokenmill.huggingface import to_hf_tokenizer
+
+        tok = to_hf_tokenizer(tokenmill.get_encoding(name))
+        tok.encode_special_tokens = True  # special-token text is ordinary text, as in encode_ordinary
+        return (lambda text: tok.encode(text, add_special_tokens=False).ids), tok, notes
+    if lib == "fastokens":
+        import fastokens
+
+        tok = fastokens.Tokenizer.from_tiktoken(spec["vocab_file"], encoding=name)
+        return (lambda text: tok.encode_ordinary(text).ids), tok, notes
+    if lib == "wordchipper":
+        seeded = Path(tmp, "xdg-cache", "io.crates.wordchipper", "openai", name, f"{name}.tiktoken")
+        seeded.parent.mkdir(parents=True)
+        shutil.copyfile(spec["vocab_file"], seeded)
+        size = seeded.stat().st_size
+        os.environ["XDG_CACHE_HOME"] = str(Path(tmp, "xdg-cache"))
+        import wordchipper
+
+        tok = wordchipper.Tokenizer.from_pretrained(f"openai:{name}")
+        if seeded.stat().st_size != size or tok.vocab_size < 1000:
+            raise RuntimeError(
+                f"wordchipper loaded a vocabulary of {tok.vocab_size} tokens (seeded file now "
+                f"{seeded.stat().st_size} bytes, was {size}): it did not use the seeded copy"
+            )
+        flt = wordchipper.SpecialFilter.include_none()
+        return (lambda text: tok.encode(text, special_filter=flt)), tok, notes
+    if lib == "bpe_openai":
+        import bpe_openai
+
+        enc = bpe_openai.get_encoding(name)
+        return enc.encode_ordinary, enc, notes
+    raise ValueError(f"unknown library {lib!r}")
+
+
+def worker(spec: dict) -> int:
+    lib, name, mode = spec["lib"], spec["encoding"], spec["mode"]
+    tmp = spec["tmp"]  # a folder of the parent's, removed by it even if this process is killed
+    t0 = time.perf_counter()
+    encode, obj, notes = _build(lib, name, spec, tmp)
+    build_s = time.perf_counter() - t0
+    # The documents are read only now, and nothing touches them before the timed pass
+    # (CPython caches a str's UTF-8 form on first use: every library pays it once).
+    docs: List[str] = json.loads(Path(spec["docs"]).read_text(encoding="utf-8"))
+    gc.collect()
+    gc.disable()
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    if mode == "batch":
+        all_ids = obj.encode_ordinary_batch(docs, num_threads=spec["threads"])
+    else:
+        all_ids = [encode(d) for d in docs]
+    seconds = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    gc.enable()
+    if lib == "fastokens":
+        stats = getattr(obj, "segment_cache_stats", None)
+        notes["segment_cache_stats"] = repr(stats()) if callable(stats) else "(no segment_cache_stats)"
+    digest, per_doc, tokens = _ids_digests(all_ids)
+    out = {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "build_seconds": build_s,
+        "tokens": tokens,
+        "digest": digest,
+        "doc_digests": per_doc,
+        "notes": notes,
+    }
+    Path(spec["out"]).write_text(json.dumps(out))
+    return 0
+
+
+# ---------------------------------------------------------------------------- parent
+
+
+def machine_lines() -> List[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    cores = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = f", {int(line.split()[1]) / 1024**2:.1f} GiB RAM"
+                    break
+    except OSError:
+        pass
+    versions = []
+    for lib in LIBRARIES:
+        _, dist, label = LIBRARIES[lib]
+        try:
+            versions.append(f"{label} {version(dist)}")
+        except PackageNotFoundError:
+            versions.append(f"{label} (not installed)")
+    return [
+        f"machine: {cpu} ({platform.machine()}), {cores} cores ({usable} usable){mem}, "
+        f"{platform.system()} {platform.release()}",
+        f"Python {platform.python_version()} ({sys.executable})",
+        "versions: " + ", ".join(versions),
+    ]
+
+
+def run_worker(spec: dict, env: Dict[str, str], timeout: float) -> Tuple[Optional[dict], str]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:g} s"
+    log = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        return None, log or f"exit status {proc.returncode}"
+    return json.loads(Path(spec["out"]).read_text()), log
+
+
+def _last_line(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+class Runner:
+    """Runs measurements (best of ``repeat`` fresh processes) and remembers problems."""
+
+    def __init__(self, env: Dict[str, str], repeat: int, timeout: float, tmp: str, total: int):
+        self.env, self.repeat, self.timeout, self.tmp = env, repeat, timeout, tmp
+        self.total, self.count = total, 0
+        self.notes: List[str] = []
+        self.failed: Dict[Tuple[str, str], str] = {}  # (lib, encoding) -> why; later runs skipped
+
+    def measure(self, spec: dict, what: str) -> Optional[dict]:
+        """Best of ``repeat`` runs of ``spec``, or None; the repeats' digests must agree."""
+        key = (spec["lib"], spec["encoding"])
+        if key in self.failed:
+            return None
+        best: Optional[dict] = None
+        digests = set()
+        for r in range(self.repeat):
+            self.count += 1
+            spec = dict(spec, out=os.path.join(self.tmp, f"out-{self.count}.json"))
+            spec["tmp"] = os.path.join(self.tmp, f"worker-{self.count}")
+            os.mkdir(spec["tmp"])
+            res, log = run_worker(spec, self.env, self.timeout)
+            mb = spec["bytes"] / 1e6
+            if res is None:
+                why = _last_line(log)
+                print(f"[{self.count}/{self.total}] {what}: FAILED: {why}", file=sys.stderr, flush=True)
+                if spec["mode"] == "worst" and why.startswith("timed out"):
+                    return {"timeout": why}
+                self.failed[key] = why
+                self.notes.append(f"{LIBRARIES[spec['lib']][2]} skipped for {spec['encoding']}: {why}")
+                return None
+            if log:
+                self.notes.append(f"{what} said: {_last_line(log)}")
+            digests.add(res["digest"])
+            print(
+                f"[{self.count}/{self.total}] {what}: {mb / res['seconds']:.1f} MB/s "
+                f"({res['seconds']:.2f} s, built in {res['build_seconds']:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            if best is None or res["seconds"] < best["seconds"]:
+                best = res
+        if len(digests) > 1:
+            self.notes.append(f"{what}: the ids differ between repeats")
+        return best
+
+
+def parity(res: Optional[dict], ref: Optional[dict], docs: Optional[list], what: str, notes: List[str]) -> str:
+    if res is None or "digest" not in res:
+        return ""
+    if ref is None or "digest" not in ref:
+        return "?"
+    if res["digest"] == ref["digest"]:
+        return "yes"
+    bad = [i for i, (a, b) in enumerate(zip(res["doc_digests"], ref["doc_digests"])) if a != b]
+    where = ""
+    if bad and docs is not None:
+        kinds = Counter(docs[i][0] for i in bad)
+        first = docs[bad[0]]
+        where = f"; by kind: {dict(kinds)}; first: document {bad[0]} ({first[0]}: {first[1]})"
+    notes.append(
+        f"{what}: ids differ from tiktoken's in {len(bad)} of {len(res['doc_digests'])} documents "
+        f"({res['tokens']:,} tokens against {ref['tokens']:,}){where}"
+    )
+    return "NO"
+
+
+def _mbps(res: Optional[dict], nbytes: int) -> Optional[float]:
+    if res is None or "seconds" not in res:
+        return None
+    return nbytes / 1e6 / res["seconds"]
+
+
+def _fmt(v: Optional[float], width: int, digits: int = 1) -> str:
+    return f"{v:>{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def _header(first: str, regimes: Sequence[str], tail: str = "") -> None:
+    header = f"  {first:<15}" + "".join(f" {r + ' MB/s':>11} {'x':>6}" for r in regimes) + f" {'same ids':>9}" + tail
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+
+
+def _same(marks: List[str]) -> str:
+    shown = [m for m in marks if m]
+    return "" if not shown else (shown[0] if len(set(shown)) == 1 else "/".join(shown))
+
+
+def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
+    """The one-thread table of one encoding; parity problems and oddities go to ``notes``."""
+    print(f"== {name} ==")
+    print("one thread (" + ", ".join(f"{r} {n / 1e6:.2f} MB" for r, n in nbytes.items()) + "):")
+    _header("library", list(nbytes))
+    tm = {r: _mbps(single.get(("tokenmill", r)), n) for r, n in nbytes.items()}
+    for lib in libs:
+        label = LIBRARIES[lib][2]
+        if not any(single.get((lib, r)) for r in nbytes):
+            print(f"  {label:<15} skipped (see the notes)")
+            continue
+        row, same = f"  {label:<15}", []
+        for r, n in nbytes.items():
+            res = single.get((lib, r))
+            v = _mbps(res, n)
+            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
+            if lib == "tiktoken":
+                same.append("ref" if res is not None else "")
+            else:
+                same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label}", notes))
+            if res is None:
+                continue
+            if res["cpu_seconds"] > 1.2 * res["seconds"]:
+                notes.append(
+                    f"{name} {r} {label}: used {res['cpu_seconds'] / res['seconds']:.1f} cores on average "
+                    f"(CPU s / wall s) in its one-thread pass"
+                )
+            if "segment_cache_stats" in res["notes"]:
+                notes.append(f"{name} {r} fastokens segment_cache_stats(): {res['notes']['segment_cache_stats']}")
+        print(f"{row} {_same(same):>9}")
+
+
+def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: List[str]) -> None:
+    print(f"batch, encode_ordinary_batch(docs, num_threads={threads}):")
+    _header("library", list(nbytes), "  batch / own one-thread MB/s")
+    tm = {r: _mbps(batch.get(("tokenmill", r)), n) for r, n in nbytes.items()}
+    for lib in BATCH_LIBS:
+        if lib not in libs:
+            continue
+        label = LIBRARIES[lib][2]
+        row, same, own = f"  {label:<15}", [], []
+        for r, n in nbytes.items():
+            res = batch.get((lib, r))
+            v = _mbps(res, n)
+            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
+            same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} batch", notes))
+            own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
+        print(f"{row} {_same(same):>9}  {', '.join(own)}")
+
+
+def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
+    print(
+        f"worst cases ({nbytes / 1e6:g} MB, one document, one call; "
+        f"target: tokenmill >= {WORST_TARGET} x its own short-run MB/s):"
+    )
+    header = (
+        f"  {'text':<26} {'tokenmill MB/s':>15} {'tiktoken MB/s':>14} {'x':>6} "
+        f"{'/ short run':>12} {'target':>7} {'same ids':>9}"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for case, label in WORST_CASES.items():
+        rtm, rtk = worst.get(("tokenmill", case)), worst.get(("tiktoken", case))
+        vtm, vtk = _mbps(rtm, nbytes), _mbps(rtk, nbytes)
+        rel = _ratio(vtm, tm_short)
+        target = "" if rel is None else ("ok" if rel >= WORST_TARGET else "BELOW")
+        same = parity(rtm, rtk, None, f"{name} worst case {case}: tokenmill", notes)
+        ctm = "timeout" if rtm and "timeout" in rtm else _fmt(vtm, 0)
+        ctk = "timeout" if rtk and "timeout" in rtk else _fmt(vtk, 0)
+        print(
+            f"  {label:<26} {ctm:>15} {ctk:>14} {_fmt(_ratio(vtm, vtk), 6, 2)} "
+            f"{_fmt(rel, 12, 2)} {target:>7} {same:>9}"
+        )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
-    ap.add_argument("--mb", type=float, default=8.0, help="megabytes of text (default 8)")
-    ap.add_argument("--repeat", type=int, default=3, help="passes per figure; the best is kept")
+    ap.add_argument("--short-mb", type=float, default=4.5, help="MB of the short cold run (default 4.5)")
+    ap.add_argument("--long-mb", type=float, default=20.0, help="MB of the long stream (default 20)")
+    ap.add_argument("--worst-mb", type=float, default=1.0, help="MB of each worst-case text (default 1)")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh-process runs per figure; the best is kept")
+    ap.add_argument("--libs", nargs="+", choices=list(LIBRARIES), default=list(LIBRARIES), help="libraries to run")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds one worker may take (default 300)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: short 1 MB, long 3 MB, the first encoding only")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    import tiktoken
+    if args.worker:
+        return worker(json.loads(args.worker))
 
-    import tokenmill
-    from tokenmill.corpus import stdlib_texts
+    if args.quick:
+        args.short_mb, args.long_mb, args.encodings = 1.0, 3.0, args.encodings[:1]
+    if min(args.short_mb, args.long_mb, args.worst_mb) <= 0 or args.repeat < 1:
+        ap.error("sizes must be positive and --repeat at least 1")
 
-    texts = list(stdlib_texts(int(args.mb * 1e6)))
-    nbytes = sum(len(t.encode("utf-8")) for t in texts)
-    cores = os.cpu_count() or 1
-    print(f"machine: {platform.machine()}, {cores} cores, Python {platform.python_version()}")
-    print(f"text: {len(texts)} standard-library files, {nbytes / 1e6:.1f} MB; best of {args.repeat}")
-    print()
-    header = f"{'encoding':<12} {'mode':<22} {'tiktoken MB/s':>14} {'tokenmill MB/s':>15} {'ratio':>7} {'same ids':>9}"
-    print(header)
-    print("-" * len(header))
+    from tokenmill.load import cache_path_for
+
+    started = time.perf_counter()
+    for line in machine_lines():
+        print(line)
+
+    libs = [lib for lib in LIBRARIES if lib in args.libs]
+    for lib in list(libs):
+        module, _, label = LIBRARIES[lib]
+        if importlib.util.find_spec(module) is None:
+            print(f"note: {label} is not installed (no module {module!r}); skipped")
+            libs.remove(lib)
+        elif lib == "hf" and importlib.util.find_spec("tokenmill.huggingface") is None:
+            print("note: HF tokenizers skipped: tokenmill.huggingface (to_hf_tokenizer) is not available")
+            libs.remove(lib)
+    encodings = []
+    vocab_files: Dict[str, str] = {}
     for name in args.encodings:
-        ref = tiktoken.get_encoding(name)
-        kwargs = dict(pat_str=ref._pat_str, mergeable_ranks=ref._mergeable_ranks, special_tokens=ref._special_tokens)
-        tk = tiktoken.Encoding(name, **kwargs)
-        tm = tokenmill.Encoding(name, **kwargs)
+        path = cache_path_for(BLOB_URL.format(name=name))
+        if path is None or not os.path.isfile(path):
+            print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache ({path}); nothing is downloaded")
+            continue
+        encodings.append(name)
+        vocab_files[name] = path
+    if not libs or not encodings:
+        print("nothing to run")
+        return 1
 
-        t_tk, ids_tk = best_of(args.repeat, lambda: [tk.encode_ordinary(t) for t in texts])
-        t_tm, ids_tm = best_of(args.repeat, lambda: [tm.encode_ordinary(t) for t in texts])
-        mb = nbytes / 1e6
-        print(f"{name:<12} {'1 thread':<22} {mb / t_tk:>14.1f} {mb / t_tm:>15.1f} {t_tk / t_tm:>7.2f} {str(ids_tk == ids_tm):>9}")
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    regimes = {"short": int(args.short_mb * 1e6), "long": int(args.long_mb * 1e6)}
+    t0 = time.perf_counter()
+    slices, _ = build_slices(list(regimes.values()))
+    corpus_s = time.perf_counter() - t0
+    texts = dict(zip(regimes, slices))
+    nbytes = {r: sum(len(t.encode("utf-8")) for _, _, t in docs) for r, docs in texts.items()}
+    print(f"text (built in {corpus_s:.1f} s; kinds share equally unless short of text, same mix in both slices):")
+    for r, docs in texts.items():
+        for line in describe_slice(f"  {r} slice", docs):
+            print(line)
+    print(
+        f"each figure: one fresh process per (library, encoding, regime, mode), best of {args.repeat}; "
+        f"one encode call per document; MB = 10**6 bytes of UTF-8; x = tokenmill MB/s / library MB/s"
+    )
+    print()
+    sys.stdout.flush()
 
-        label = f"batch, {cores} threads"
-        t_tk, ids_tk = best_of(args.repeat, lambda: tk.encode_ordinary_batch(texts, num_threads=cores))
-        t_tm, ids_tm = best_of(args.repeat, lambda: tm.encode_ordinary_batch(texts, num_threads=cores))
-        print(f"{name:<12} {label:<22} {mb / t_tk:>14.1f} {mb / t_tm:>15.1f} {t_tk / t_tm:>7.2f} {str(ids_tk == ids_tm):>9}")
+    n_single = len(libs) * len(regimes)
+    n_batch = len([lib for lib in BATCH_LIBS if lib in libs]) * len(regimes)
+    n_worst = len([lib for lib in WORST_LIBS if lib in libs]) * len(WORST_CASES)
+    total_runs = len(encodings) * (n_single + n_batch + n_worst) * args.repeat
+
+    env = dict(os.environ)
+    env["TOKENMILL_OFFLINE"] = "1"
+    env["HF_HUB_OFFLINE"] = "1"
+    with tempfile.TemporaryDirectory(prefix="encode_compare-") as tmp:
+        doc_files = {}
+        for r, docs in texts.items():
+            doc_files[r] = os.path.join(tmp, f"{r}.json")
+            Path(doc_files[r]).write_text(json.dumps([t for _, _, t in docs], ensure_ascii=False), encoding="utf-8")
+        worst_bytes = int(args.worst_mb * 1e6)
+        for case in WORST_CASES:
+            doc_files[case] = os.path.join(tmp, f"worst-{case}.json")
+            Path(doc_files[case]).write_text(json.dumps([worst_text(case, worst_bytes)]), encoding="utf-8")
+
+        runner = Runner(env, args.repeat, args.timeout, tmp, total_runs)
+        for name in encodings:
+            base = {"encoding": name, "vocab_file": vocab_files[name], "threads": threads}
+            single: Dict[Tuple[str, str], Optional[dict]] = {}
+            for r in regimes:
+                for lib in libs:
+                    spec = dict(base, lib=lib, mode="single", docs=doc_files[r], bytes=nbytes[r])
+                    single[lib, r] = runner.measure(spec, f"{name} {r} {LIBRARIES[lib][2]}")
+            batch: Dict[Tuple[str, str], Optional[dict]] = {}
+            for r in regimes:
+                for lib in BATCH_LIBS:
+                    if lib in libs:
+                        spec = dict(base, lib=lib, mode="batch", docs=doc_files[r], bytes=nbytes[r])
+                        batch[lib, r] = runner.measure(spec, f"{name} {r} {LIBRARIES[lib][2]} batch")
+            worst: Dict[Tuple[str, str], Optional[dict]] = {}
+            for case in WORST_CASES:
+                for lib in WORST_LIBS:
+                    if lib in libs:
+                        spec = dict(base, lib=lib, mode="worst", docs=doc_files[case], bytes=worst_bytes)
+                        worst[lib, case] = runner.measure(spec, f"{name} worst {case} {LIBRARIES[lib][2]}")
+
+            print_single(name, libs, single, nbytes, texts, runner.notes)
+            if batch:
+                print_batch(name, libs, batch, single, nbytes, texts, threads, runner.notes)
+            if worst:
+                tm_short = _mbps(single.get(("tokenmill", "short")), nbytes["short"])
+                print_worst(name, worst, worst_bytes, tm_short, runner.notes)
+            print()
+            sys.stdout.flush()
+
+    for note in dict.fromkeys(runner.notes):
+        print(f"note: {note}")
+    print(f"total time {time.perf_counter() - started:.0f} s")
     return 0
 
 

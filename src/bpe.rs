@@ -2,12 +2,16 @@
 //! repeatedly merge the adjacent pair whose concatenation has the lowest rank, the leftmost
 //! one on ties, until no adjacent pair forms a token.
 //!
-//! Two implementations give identical results: a compact scan for short pieces (the common
-//! case, cache friendly) and a heap over a linked list for long pieces, which stays
-//! O(n log n) where the scan would be quadratic (e.g. 1 MB of one repeated letter).
+//! Three implementations give identical results: a compact scan for short pieces (the
+//! common case, cache friendly); for long pieces (e.g. 1 MB of one repeated letter, where the
+//! scan would be quadratic) a sweep over pairs bucketed by rank, linear in practice; and,
+//! should the sweep meet a vocabulary where a merge creates a lower-ranked pair, a heap over
+//! a linked list, O(n log n) always.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Rank, Result};
 use crate::vocab::Vocab;
@@ -18,6 +22,8 @@ pub const LONG_PIECE: usize = 128;
 /// Reusable buffers so that merging allocates nothing in steady state.
 #[derive(Default)]
 pub struct Scratch {
+    buckets: FxHashMap<Rank, Bucket>,
+    pending: BinaryHeap<Reverse<Rank>>,
     parts: Vec<(u32, Rank)>,
     next: Vec<u32>,
     prev: Vec<u32>,
@@ -36,7 +42,12 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
             Ok(())
         }
         n if n < LONG_PIECE => merge_short(vocab, piece, out, s),
-        _ => merge_long(vocab, piece, out, s),
+        _ => {
+            if !merge_by_rank_buckets(vocab, piece, out, s)? {
+                merge_long(vocab, piece, out, s)?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -93,6 +104,101 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
         push_token(vocab, &piece[w[0].0 as usize..w[1].0 as usize], out)?;
     }
     Ok(())
+}
+
+/// Positions of the pairs of one rank, in the order they were found.
+#[derive(Default)]
+struct Bucket {
+    positions: Vec<u32>,
+    sorted: bool,
+}
+
+/// Long pieces: nodes are byte positions in a linked list; the pairs are bucketed by rank.
+/// Ranks are taken lowest first and each bucket is swept left to right, merging the pairs
+/// still current. This is tiktoken's order (lowest rank first, leftmost first) because a
+/// merge never creates another pair of the rank being swept (its bytes are longer than
+/// the merged token's), so a bucket does not change while it is swept, and new pairs of
+/// higher ranks wait in their buckets. If a merge creates a pair ranked *below* the bucket
+/// being swept, the order would need to go back: the function gives up and returns
+/// `Ok(false)` with `out` untouched, and the caller uses the heap.
+pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<bool> {
+    const NONE: u32 = u32::MAX;
+    let n = piece.len();
+    let Scratch { next, prev, pair_rank, buckets, pending, .. } = s;
+    next.clear();
+    prev.clear();
+    pair_rank.clear();
+    buckets.clear();
+    pending.clear();
+    let add = |buckets: &mut FxHashMap<Rank, Bucket>, pending: &mut BinaryHeap<Reverse<Rank>>, r: Rank, pos: u32| {
+        let b = buckets.entry(r).or_insert_with(|| {
+            pending.push(Reverse(r));
+            Bucket { positions: Vec::new(), sorted: true }
+        });
+        if b.positions.last().is_some_and(|&last| last > pos) {
+            b.sorted = false;
+        }
+        b.positions.push(pos);
+    };
+    for i in 0..n {
+        next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
+        prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
+        let r = if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX };
+        pair_rank.push(r);
+        if r != Rank::MAX {
+            add(buckets, pending, r, i as u32);
+        }
+    }
+    let end = |next: &[u32], i: u32| -> usize {
+        let j = next[i as usize];
+        if j == NONE { n } else { j as usize }
+    };
+    let pair = |next: &[u32], i: u32| -> Rank {
+        let j = next[i as usize];
+        if j == NONE {
+            return Rank::MAX;
+        }
+        rank_of(vocab, &piece[i as usize..end(next, j)])
+    };
+    while let Some(Reverse(r)) = pending.pop() {
+        let Some(mut bucket) = buckets.remove(&r) else { continue };
+        if !bucket.sorted {
+            bucket.positions.sort_unstable();
+        }
+        for &i in &bucket.positions {
+            if pair_rank[i as usize] != r {
+                continue; // merged away, or its pair changed
+            }
+            let j = next[i as usize];
+            let k = next[j as usize];
+            next[i as usize] = k;
+            if k != NONE {
+                prev[k as usize] = i;
+            }
+            pair_rank[j as usize] = Rank::MAX;
+            next[j as usize] = NONE;
+            for node in [prev[i as usize], i] {
+                if node == NONE {
+                    continue;
+                }
+                let nr = pair(next, node);
+                pair_rank[node as usize] = nr;
+                if nr == Rank::MAX {
+                    continue;
+                }
+                if nr <= r {
+                    return Ok(false); // (equal is impossible with distinct ranks; be safe)
+                }
+                add(buckets, pending, nr, node);
+            }
+        }
+    }
+    let mut i = 0u32;
+    while i != NONE {
+        push_token(vocab, &piece[i as usize..end(next, i)], out)?;
+        i = next[i as usize];
+    }
+    Ok(true)
 }
 
 /// O(n log n): nodes are the byte positions, linked in a list; a min-heap holds
@@ -243,6 +349,12 @@ mod tests {
                 let mut b = Vec::new();
                 merge_long(&vocab, &piece, &mut b, &mut s).unwrap();
                 assert_eq!(b, want, "long path on {:?}", String::from_utf8_lossy(&piece));
+                let mut d = Vec::new();
+                if merge_by_rank_buckets(&vocab, &piece, &mut d, &mut s).unwrap() {
+                    assert_eq!(d, want, "bucket path on {:?}", String::from_utf8_lossy(&piece));
+                } else {
+                    assert!(d.is_empty());
+                }
                 let mut c = Vec::new();
                 encode_piece(&vocab, &piece, &mut c, &mut s).unwrap();
                 assert_eq!(c, want);

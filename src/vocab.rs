@@ -14,6 +14,8 @@ pub struct Vocab {
     /// The tokens of at most [`INLINE_MAX`] bytes again, keyed inline (no pointer to chase
     /// on lookup): almost every lookup the encoder makes is for such a short string.
     short: FxHashMap<u128, Rank>,
+    /// The longest mergeable token: a longer string is never a token, without hashing it.
+    max_len: usize,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
     byte_ranks: [Rank; 256],
     special: FxHashMap<String, Rank>,
@@ -96,9 +98,11 @@ impl Vocab {
             .filter(|(k, _)| k.len() <= INLINE_MAX)
             .map(|(k, &v)| (inline_key(k), v))
             .collect();
+        let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
         Ok(Self {
             ranks,
             short,
+            max_len,
             byte_ranks,
             special,
             decode_bytes,
@@ -118,6 +122,7 @@ impl Vocab {
                 (r != Rank::MAX).then_some(r)
             }
             n if n <= INLINE_MAX => self.short.get(&inline_key(bytes)).copied(),
+            n if n > self.max_len => None,
             _ => self.ranks.get(bytes).copied(),
         }
     }
