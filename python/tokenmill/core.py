@@ -375,6 +375,57 @@ class Encoding:
         """``max_token_value + 1`` (kept for compatibility with tiktoken)."""
         return self.max_token_value + 1
 
+    # ------------------------------------------------------------------ HuggingFace-flavoured API
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token written as HuggingFace writes it (byte-level string such as
+        ``"Ġhello"``, or a special token's text), or ``None``."""
+        from tokenmill import huggingface
+
+        return huggingface.token_to_id(self, token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The token of an id, written as HuggingFace writes it, or ``None``."""
+        from tokenmill import huggingface
+
+        return huggingface.id_to_token(self, token_id)
+
+    def get_vocab(self, with_added_tokens: bool = True) -> dict[str, int]:
+        """Token string -> id for the whole vocabulary, as ``tokenizers``' ``get_vocab``."""
+        from tokenmill import huggingface
+
+        return huggingface.get_vocab(self, with_added_tokens)
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        """The number of tokens, as ``tokenizers``' ``get_vocab_size`` (``n_vocab`` is
+        ``max_token_value + 1`` instead)."""
+        from tokenmill import huggingface
+
+        return huggingface.get_vocab_size(self, with_added_tokens)
+
+    def encode_with_offsets(
+        self,
+        text: str,
+        *,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ):
+        """Like :meth:`encode`, returning ids, HuggingFace-style token strings and the
+        ``(start, end)`` character span of every token
+        (:class:`tokenmill.huggingface.EncodingWithOffsets`)."""
+        from tokenmill import huggingface
+
+        return huggingface.encode_with_offsets(
+            self, text, allowed_special=allowed_special, disallowed_special=disallowed_special
+        )
+
+    def save_tokenizer_json(self, path: str) -> str:
+        """Writes a HuggingFace ``tokenizer.json`` giving the same ids (see
+        :func:`tokenmill.huggingface.save_tokenizer_json`); returns its path."""
+        from tokenmill import huggingface
+
+        return str(huggingface.save_tokenizer_json(self, path))
+
     # ------------------------------------------------------------------ private API kept from tiktoken
 
     def _encode_single_piece(self, text_or_bytes: str | bytes) -> list[int]:
