@@ -64,17 +64,28 @@ impl Encoder {
                 let key = inline_key(bytes);
                 if let Some(tokens) = cache.get(self.owner, key) {
                     out.extend_from_slice(tokens);
-                } else {
-                    match self.vocab.rank_inline(key) {
-                        Some(id) => out.push(id),
-                        None => bpe::encode_piece(&self.vocab, bytes, out, scratch)?,
-                    }
+                } else if let Some(id) = self.vocab.rank_inline(key) {
+                    out.push(id);
                     cache.put(self.owner, key, &out[before..]);
+                } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
+                    out.extend_from_slice(tokens);
+                } else {
+                    bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
+                    if out.len() - before <= piece_cache::MAX_TOKENS {
+                        cache.put(self.owner, key, &out[before..]);
+                    } else {
+                        cache.put_long(self.owner, bytes, &out[before..]);
+                    }
                 }
             } else if let Some(id) = self.vocab.rank(bytes) {
                 out.push(id);
+            } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
+                out.extend_from_slice(tokens);
             } else {
                 bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
+                if bytes.len() < bpe::LONG_PIECE {
+                    cache.put_long(self.owner, bytes, &out[before..]);
+                }
             }
             last = out.len() - before;
             Ok(())

@@ -3,12 +3,20 @@
 //! costs one probe of a table that stays in the CPU's cache instead of a lookup in the
 //! large vocabulary table (and possibly a byte-pair merge).
 //!
-//! Direct-mapped: a fixed number of slots, a new entry replaces whatever hashed to its slot,
-//! so memory is fixed (a few hundred KiB per thread) however much text passes. Entries
-//! carry the id of the encoder that wrote them, so encoders never see each other's results.
+//! Two levels, both bounded however much text passes:
+//! * a direct-mapped table for pieces of at most 15 bytes that encode to at most
+//!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot; a few hundred
+//!   KiB per thread, small enough to stay in the CPU's cache);
+//! * a hash map for the other pieces that needed byte-pair merging (long words, scripts
+//!   with multi-byte characters), emptied whenever it reaches [`MAX_LONG_ENTRIES`].
+//!
+//! Entries are tied to the encoder that wrote them, so encoders never see each other's
+//! results.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use rustc_hash::FxHashMap;
 
 use crate::error::Rank;
 
@@ -25,8 +33,13 @@ struct Slot {
     tokens: [Rank; MAX_TOKENS],
 }
 
+/// Entries of the second level before it is emptied.
+pub const MAX_LONG_ENTRIES: usize = 1 << 15;
+
 pub struct PieceCache {
     slots: Box<[Slot]>,
+    long: FxHashMap<Box<[u8]>, Box<[Rank]>>,
+    long_owner: u32,
 }
 
 static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
@@ -42,7 +55,7 @@ thread_local! {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { slots: vec![Slot::default(); SLOTS].into_boxed_slice() }
+        Self { slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: FxHashMap::default(), long_owner: 0 }
     }
 
     #[inline(always)]
@@ -80,6 +93,23 @@ impl PieceCache {
         s.tokens[..tokens.len()].copy_from_slice(tokens);
     }
 
+    /// The tokens of a piece that needed merging and does not fit the first level.
+    #[inline]
+    pub fn get_long(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
+        if self.long_owner != owner {
+            return None;
+        }
+        self.long.get(piece).map(|t| &t[..])
+    }
+
+    pub fn put_long(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
+        if self.long_owner != owner || self.long.len() >= MAX_LONG_ENTRIES {
+            self.long.clear();
+            self.long_owner = owner;
+        }
+        self.long.insert(piece.into(), tokens.into());
+    }
+
     /// Runs `f` with this thread's cache (created on first use). A re-entrant call gets a
     /// temporary cache instead of failing.
     pub fn with<R>(f: impl FnOnce(&mut PieceCache) -> R) -> R {
@@ -105,5 +135,10 @@ mod tests {
         assert_eq!(c.get(1, inline_key(b"hellp")), None);
         c.put(1, k, &[1, 2, 3, 4]);
         assert_eq!(c.get(1, k), Some(&[7, 8][..]));
+        c.put_long(1, b"a long piece of text", &[1, 2, 3, 4]);
+        assert_eq!(c.get_long(1, b"a long piece of text"), Some(&[1, 2, 3, 4][..]));
+        assert_eq!(c.get_long(2, b"a long piece of text"), None);
+        c.put_long(2, b"other", &[5]);
+        assert_eq!(c.get_long(1, b"a long piece of text"), None);
     }
 }
