@@ -2,7 +2,7 @@
 //! that does real work releases the GIL. Engine errors become Python exceptions in exactly
 //! one place, [`to_py_err`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -86,6 +86,52 @@ fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_
     Ok(SpecialPolicy { allowed, disallowed, extra_disallowed: extra })
 }
 
+/// Python int objects for token ids, shared by every encoder of the process and created
+/// once: turning ids into a list then costs a reference count each, not an allocation,
+/// which matters most in batch calls, where building the lists is the part that runs
+/// under the GIL on one core.
+static INTS: Mutex<Vec<Py<PyAny>>> = Mutex::new(Vec::new());
+/// Ids above this get a fresh int object each time (no vocabulary comes close).
+const MAX_SHARED_INT: usize = 1 << 21;
+
+fn shared_ints<'a>(py: Python<'_>, guard: &'a mut Vec<Py<PyAny>>, max_id: usize) -> PyResult<&'a [Py<PyAny>]> {
+    let want = (max_id + 1).min(MAX_SHARED_INT);
+    if guard.len() < want {
+        guard.reserve(want - guard.len());
+        for i in guard.len()..want {
+            guard.push((i as u64).into_pyobject(py)?.into_any().unbind());
+        }
+    }
+    Ok(&guard[..])
+}
+
+fn list_of_ids<'py>(py: Python<'py>, ints: &[Py<PyAny>], tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(
+        py,
+        tokens.iter().map(|&t| match ints.get(t as usize) {
+            Some(obj) => obj.clone_ref(py).into_bound(py),
+            None => (t as u64).into_pyobject(py).expect("int conversion cannot fail").into_any(),
+        }),
+    )
+}
+
+/// `tokens` as a Python list of ints.
+fn ids_to_list<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+    let max = tokens.iter().copied().max().unwrap_or(0) as usize;
+    let mut guard = INTS.lock().unwrap_or_else(|e| e.into_inner());
+    let ints = shared_ints(py, &mut guard, max)?;
+    list_of_ids(py, ints, tokens)
+}
+
+/// Many token lists as a Python list of lists of ints.
+fn ids_to_lists<'py>(py: Python<'py>, batch: &[Vec<Rank>]) -> PyResult<Bound<'py, PyList>> {
+    let max = batch.iter().flat_map(|t| t.iter().copied()).max().unwrap_or(0) as usize;
+    let mut guard = INTS.lock().unwrap_or_else(|e| e.into_inner());
+    let ints = shared_ints(py, &mut guard, max)?;
+    let lists = batch.iter().map(|t| list_of_ids(py, ints, t)).collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, lists)
+}
+
 fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
     let mut raw = Vec::with_capacity(tokens.len() * 4);
     for t in tokens {
@@ -123,13 +169,15 @@ impl PyCoreBPE {
         Ok(Self { inner: Arc::new(enc) })
     }
 
-    fn encode_ordinary(&self, py: Python<'_>, text: &str) -> PyResult<Vec<Rank>> {
-        py.detach(|| self.inner.encode_ordinary(text)).map_err(|e| to_py_err(py, e))
+    fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
+        let tokens = py.detach(|| self.inner.encode_ordinary(text)).map_err(|e| to_py_err(py, e))?;
+        ids_to_list(py, &tokens)
     }
 
-    fn encode(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
+    fn encode<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))
+        let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
+        ids_to_list(py, &tokens)
     }
 
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).
@@ -140,16 +188,18 @@ impl PyCoreBPE {
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
-    fn encode_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
+    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let enc = &self.inner;
-        py.detach(|| enc.encode_batch(&texts, Some(&policy), num_threads)).map_err(|e| to_py_err(py, e))
+        let out = py.detach(|| enc.encode_batch(&texts, Some(&policy), num_threads)).map_err(|e| to_py_err(py, e))?;
+        ids_to_lists(py, &out)
     }
 
     #[pyo3(signature = (texts, num_threads))]
-    fn encode_ordinary_batch(&self, py: Python<'_>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Vec<Vec<Rank>>> {
+    fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let enc = &self.inner;
-        py.detach(|| enc.encode_batch(&texts, None, num_threads)).map_err(|e| to_py_err(py, e))
+        let out = py.detach(|| enc.encode_batch(&texts, None, num_threads)).map_err(|e| to_py_err(py, e))?;
+        ids_to_lists(py, &out)
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
