@@ -106,6 +106,82 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
     Ok(())
 }
 
+const NONE: u32 = u32::MAX;
+
+/// A long piece as a linked list of parts: node `i` is the part starting at byte `i`, and
+/// `rank[i]` is the rank of merging it with the next part (`Rank::MAX` if none).
+struct Parts<'a> {
+    vocab: &'a Vocab,
+    piece: &'a [u8],
+    next: &'a mut Vec<u32>,
+    prev: &'a mut Vec<u32>,
+    rank: &'a mut Vec<Rank>,
+}
+
+impl<'a> Parts<'a> {
+    /// One part per byte.
+    fn new(vocab: &'a Vocab, piece: &'a [u8], next: &'a mut Vec<u32>, prev: &'a mut Vec<u32>, rank: &'a mut Vec<Rank>) -> Self {
+        let n = piece.len();
+        next.clear();
+        prev.clear();
+        rank.clear();
+        for i in 0..n {
+            next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
+            prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
+            rank.push(if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX });
+        }
+        Self { vocab, piece, next, prev, rank }
+    }
+
+    /// End (exclusive) of the part that starts at node `i`.
+    #[inline]
+    fn end(&self, i: u32) -> usize {
+        let j = self.next[i as usize];
+        if j == NONE { self.piece.len() } else { j as usize }
+    }
+
+    /// Rank of merging node `i` with its successor, in the current list.
+    #[inline]
+    fn pair(&self, i: u32) -> Rank {
+        let j = self.next[i as usize];
+        if j == NONE {
+            return Rank::MAX;
+        }
+        rank_of(self.vocab, &self.piece[i as usize..self.end(j)])
+    }
+
+    /// Merges node `i` with its successor and recomputes the two pairs that changed; returns
+    /// their nodes (the predecessor, `NONE` if there is none, then `i`).
+    #[inline]
+    fn merge(&mut self, i: u32) -> [u32; 2] {
+        let j = self.next[i as usize];
+        let k = self.next[j as usize];
+        self.next[i as usize] = k;
+        if k != NONE {
+            self.prev[k as usize] = i;
+        }
+        self.rank[j as usize] = Rank::MAX;
+        self.next[j as usize] = NONE;
+        let p = self.prev[i as usize];
+        for node in [p, i] {
+            if node != NONE {
+                self.rank[node as usize] = self.pair(node);
+            }
+        }
+        [p, i]
+    }
+
+    /// Appends the tokens of the parts to `out`.
+    fn emit(&self, out: &mut Vec<Rank>) -> Result<()> {
+        let mut i = 0u32;
+        while i != NONE {
+            push_token(self.vocab, &self.piece[i as usize..self.end(i)], out)?;
+            i = self.next[i as usize];
+        }
+        Ok(())
+    }
+}
+
 /// Positions of the pairs of one rank, in the order they were found.
 #[derive(Default)]
 struct Bucket {
@@ -113,161 +189,81 @@ struct Bucket {
     sorted: bool,
 }
 
-/// Long pieces: nodes are byte positions in a linked list; the pairs are bucketed by rank.
-/// Ranks are taken lowest first and each bucket is swept left to right, merging the pairs
-/// still current. This is tiktoken's order (lowest rank first, leftmost first) because a
-/// merge never creates another pair of the rank being swept (its bytes are longer than
-/// the merged token's), so a bucket does not change while it is swept, and new pairs of
-/// higher ranks wait in their buckets. If a merge creates a pair ranked *below* the bucket
-/// being swept, the order would need to go back: the function gives up and returns
-/// `Ok(false)` with `out` untouched, and the caller uses the heap.
+fn add_to_bucket(buckets: &mut FxHashMap<Rank, Bucket>, pending: &mut BinaryHeap<Reverse<Rank>>, r: Rank, pos: u32) {
+    let b = buckets.entry(r).or_insert_with(|| {
+        pending.push(Reverse(r));
+        Bucket { positions: Vec::new(), sorted: true }
+    });
+    if b.positions.last().is_some_and(|&last| last > pos) {
+        b.sorted = false;
+    }
+    b.positions.push(pos);
+}
+
+/// Long pieces: the pairs are bucketed by rank. Ranks are taken lowest first and each
+/// bucket is swept left to right, merging the pairs still current. This is tiktoken's order
+/// (lowest rank first, leftmost first) because a merge never creates another pair of the
+/// rank being swept (its bytes are longer than the merged token's), so a bucket does not
+/// change while it is swept, and new pairs of higher ranks wait in their buckets. If a merge
+/// creates a pair ranked *below* the bucket being swept, the order would need to go back:
+/// the function gives up and returns `Ok(false)` with `out` untouched, and the caller uses
+/// the heap.
 pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<bool> {
-    const NONE: u32 = u32::MAX;
-    let n = piece.len();
     let Scratch { next, prev, pair_rank, buckets, pending, .. } = s;
-    next.clear();
-    prev.clear();
-    pair_rank.clear();
     buckets.clear();
     pending.clear();
-    let add = |buckets: &mut FxHashMap<Rank, Bucket>, pending: &mut BinaryHeap<Reverse<Rank>>, r: Rank, pos: u32| {
-        let b = buckets.entry(r).or_insert_with(|| {
-            pending.push(Reverse(r));
-            Bucket { positions: Vec::new(), sorted: true }
-        });
-        if b.positions.last().is_some_and(|&last| last > pos) {
-            b.sorted = false;
-        }
-        b.positions.push(pos);
-    };
-    for i in 0..n {
-        next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
-        prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
-        let r = if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX };
-        pair_rank.push(r);
+    let mut parts = Parts::new(vocab, piece, next, prev, pair_rank);
+    for (i, &r) in parts.rank.iter().enumerate() {
         if r != Rank::MAX {
-            add(buckets, pending, r, i as u32);
+            add_to_bucket(buckets, pending, r, i as u32);
         }
     }
-    let end = |next: &[u32], i: u32| -> usize {
-        let j = next[i as usize];
-        if j == NONE { n } else { j as usize }
-    };
-    let pair = |next: &[u32], i: u32| -> Rank {
-        let j = next[i as usize];
-        if j == NONE {
-            return Rank::MAX;
-        }
-        rank_of(vocab, &piece[i as usize..end(next, j)])
-    };
     while let Some(Reverse(r)) = pending.pop() {
         let Some(mut bucket) = buckets.remove(&r) else { continue };
         if !bucket.sorted {
             bucket.positions.sort_unstable();
         }
         for &i in &bucket.positions {
-            if pair_rank[i as usize] != r {
+            if parts.rank[i as usize] != r {
                 continue; // merged away, or its pair changed
             }
-            let j = next[i as usize];
-            let k = next[j as usize];
-            next[i as usize] = k;
-            if k != NONE {
-                prev[k as usize] = i;
-            }
-            pair_rank[j as usize] = Rank::MAX;
-            next[j as usize] = NONE;
-            for node in [prev[i as usize], i] {
+            for node in parts.merge(i) {
                 if node == NONE {
                     continue;
                 }
-                let nr = pair(next, node);
-                pair_rank[node as usize] = nr;
+                let nr = parts.rank[node as usize];
                 if nr == Rank::MAX {
                     continue;
                 }
                 if nr <= r {
                     return Ok(false); // (equal is impossible with distinct ranks; be safe)
                 }
-                add(buckets, pending, nr, node);
+                add_to_bucket(buckets, pending, nr, node);
             }
         }
     }
-    let mut i = 0u32;
-    while i != NONE {
-        push_token(vocab, &piece[i as usize..end(next, i)], out)?;
-        i = next[i as usize];
-    }
+    parts.emit(out)?;
     Ok(true)
 }
 
-/// O(n log n): nodes are the byte positions, linked in a list; a min-heap holds
-/// (rank, position) candidates and stale entries are skipped when popped.
+/// O(n log n) always: a min-heap holds (rank, position) candidates and stale entries are
+/// skipped when popped.
 pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
-    const NONE: u32 = u32::MAX;
-    let n = piece.len();
     let Scratch { next, prev, pair_rank, heap, .. } = s;
-    next.clear();
-    prev.clear();
-    pair_rank.clear();
     heap.clear();
-    for i in 0..n {
-        next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
-        prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
-        let r = if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX };
-        pair_rank.push(r);
-        if r != Rank::MAX {
-            heap.push(Reverse((r, i as u32)));
-        }
-    }
-    // End (exclusive) of the part that starts at node `i`.
-    let end = |next: &[u32], i: u32| -> usize {
-        let j = next[i as usize];
-        if j == NONE { n } else { j as usize }
-    };
-    // Rank of merging node `i` with its successor, in the current list.
-    let pair = |next: &[u32], i: u32| -> Rank {
-        let j = next[i as usize];
-        if j == NONE {
-            return Rank::MAX;
-        }
-        rank_of(vocab, &piece[i as usize..end(next, j)])
-    };
-
+    let mut parts = Parts::new(vocab, piece, next, prev, pair_rank);
+    heap.extend(parts.rank.iter().enumerate().filter(|(_, &r)| r != Rank::MAX).map(|(i, &r)| Reverse((r, i as u32))));
     while let Some(Reverse((r, i))) = heap.pop() {
-        if pair_rank[i as usize] != r {
+        if parts.rank[i as usize] != r {
             continue; // stale: node merged away or its pair changed
         }
-        // Merge node i with its successor j.
-        let j = next[i as usize];
-        let k = next[j as usize];
-        next[i as usize] = k;
-        if k != NONE {
-            prev[k as usize] = i;
-        }
-        pair_rank[j as usize] = Rank::MAX;
-        next[j as usize] = NONE;
-
-        let ri = pair(next, i);
-        pair_rank[i as usize] = ri;
-        if ri != Rank::MAX {
-            heap.push(Reverse((ri, i)));
-        }
-        let p = prev[i as usize];
-        if p != NONE {
-            let rp = pair(next, p);
-            pair_rank[p as usize] = rp;
-            if rp != Rank::MAX {
-                heap.push(Reverse((rp, p)));
+        for node in parts.merge(i) {
+            if node != NONE && parts.rank[node as usize] != Rank::MAX {
+                heap.push(Reverse((parts.rank[node as usize], node)));
             }
         }
     }
-    let mut i = 0u32;
-    while i != NONE {
-        push_token(vocab, &piece[i as usize..end(next, i)], out)?;
-        i = next[i as usize];
-    }
-    Ok(())
+    parts.emit(out)
 }
 
 #[cfg(test)]

@@ -159,6 +159,42 @@ impl Scanner {
         if i < b.len() { self.at(b, i).0 } else { 0 }
     }
 
+    /// `\p{N}{1,max}` given that one digit ends at `j`: up to `max - 1` more digits.
+    #[inline(always)]
+    fn digits(&self, b: &[u8], mut j: usize, max: usize) -> usize {
+        for _ in 1..max {
+            if j >= b.len() {
+                break;
+            }
+            let (f, _, l) = self.at(b, j);
+            if f & NUMBER == 0 {
+                break;
+            }
+            j += l;
+        }
+        j
+    }
+
+    /// ` ?[^\s\p{L}\p{N}]+` at `i` (whose character is `c`), then any bytes `trailing`
+    /// accepts (newlines, and for o200k slashes); `None` if it does not match.
+    #[inline(always)]
+    fn symbols(&self, b: &[u8], i: usize, c: u32, trailing: impl Fn(u8) -> bool) -> Option<usize> {
+        const OTHER: u8 = SPACE | LETTER | NUMBER;
+        let start = if c == ' ' as u32 { i + 1 } else { i };
+        if start >= b.len() {
+            return None;
+        }
+        let (fs, _, ls) = self.at(b, start);
+        if fs & OTHER != 0 {
+            return None;
+        }
+        let mut j = self.run_without(b, start + ls, OTHER);
+        while j < b.len() && trailing(b[j]) {
+            j += 1;
+        }
+        Some(j)
+    }
+
     /// The whitespace tail `\s+(?!\S)|\s+` for the run `[i, end)` of whitespace: the whole
     /// run at the end of the text, else all but its last character when it has two or more.
     #[inline(always)]
@@ -240,31 +276,11 @@ impl Scanner {
         }
         // \p{N}{1,max_digits}
         if f & NUMBER != 0 {
-            let mut j = i + l;
-            for _ in 1..max_digits {
-                if j >= n {
-                    break;
-                }
-                let (f1, _, l1) = self.at(b, j);
-                if f1 & NUMBER == 0 {
-                    break;
-                }
-                j += l1;
-            }
-            return j;
+            return self.digits(b, i + l, max_digits);
         }
         //  ?[^\s\p{L}\p{N}]+[\r\n]*
-        const OTHER: u8 = SPACE | LETTER | NUMBER;
-        let start = if c == ' ' as u32 { i + 1 } else { i };
-        if start < n {
-            let (fs, _, ls) = self.at(b, start);
-            if fs & OTHER == 0 {
-                let mut j = self.run_without(b, start + ls, OTHER);
-                while j < n && (b[j] == b'\r' || b[j] == b'\n') {
-                    j += 1;
-                }
-                return j;
-            }
+        if let Some(e) = self.symbols(b, i, c, |x| x == b'\r' || x == b'\n') {
+            return e;
         }
         // Whitespace: [\s++$] \s*[\r\n] | \s+(?!\S) | \s
         let end = self.run(b, i, SPACE);
@@ -345,31 +361,11 @@ impl Scanner {
         }
         // \p{N}{1,3}
         if f & NUMBER != 0 {
-            let mut j = i + l;
-            for _ in 1..3 {
-                if j >= n {
-                    break;
-                }
-                let (f1, _, l1) = self.at(b, j);
-                if f1 & NUMBER == 0 {
-                    break;
-                }
-                j += l1;
-            }
-            return j;
+            return self.digits(b, i + l, 3);
         }
         //  ?[^\s\p{L}\p{N}]+[\r\n/]*
-        const OTHER: u8 = SPACE | LETTER | NUMBER;
-        let start = if c == ' ' as u32 { i + 1 } else { i };
-        if start < n {
-            let (fs, _, ls) = self.at(b, start);
-            if fs & OTHER == 0 {
-                let mut j = self.run_without(b, start + ls, OTHER);
-                while j < n && matches!(b[j], b'\r' | b'\n' | b'/') {
-                    j += 1;
-                }
-                return j;
-            }
+        if let Some(e) = self.symbols(b, i, c, |x| matches!(x, b'\r' | b'\n' | b'/')) {
+            return e;
         }
         // \s*[\r\n]+ | \s+(?!\S) | \s+
         let end = self.run(b, i, SPACE);
