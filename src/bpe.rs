@@ -25,6 +25,7 @@ pub struct Scratch {
     buckets: FxHashMap<Rank, Bucket>,
     pending: BinaryHeap<Reverse<Rank>>,
     parts: Vec<(u32, Rank)>,
+    ids: Vec<Rank>,
     next: Vec<u32>,
     prev: Vec<u32>,
     pair_rank: Vec<Rank>,
@@ -34,14 +35,14 @@ pub struct Scratch {
 /// Appends the tokens of `piece` to `out`. The caller has already checked that `piece`
 /// is not itself a token; this function is still correct if it is.
 #[inline]
-pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
+pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<()> {
     match piece.len() {
         0 => Ok(()),
         1 => {
             out.push(vocab.rank(piece).ok_or_else(|| Error::UnencodableBytes(piece.to_vec()))?);
             Ok(())
         }
-        n if n < LONG_PIECE => merge_short(vocab, piece, out, s),
+        n if n < LONG_PIECE => merge_short(vocab, piece, out, s, memo),
         _ => {
             if !merge_by_rank_buckets(vocab, piece, out, s)? {
                 merge_long(vocab, piece, out, s)?;
@@ -64,24 +65,42 @@ fn push_token(vocab: &Vocab, bytes: &[u8], out: &mut Vec<Rank>) -> Result<()> {
 
 /// Quadratic in the worst case but tiny constants: `parts[i] = (start, rank of merging
 /// part i with part i + 1)`, with two sentinels at the end.
-pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
-    let parts = &mut s.parts;
+pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, mut memo: Option<&mut PairMemo>) -> Result<()> {
+    let Scratch { parts, ids, .. } = s;
     parts.clear();
+    ids.clear();
     let n = piece.len();
-    for i in 0..n - 1 {
-        parts.push((i as u32, rank_of(vocab, &piece[i..i + 2])));
+    for i in 0..=n {
+        parts.push((i as u32, Rank::MAX));
     }
-    parts.push(((n - 1) as u32, Rank::MAX));
-    parts.push((n as u32, Rank::MAX));
+    ids.extend(piece.iter().map(|&b| vocab.rank(&[b]).unwrap_or(Rank::MAX)));
 
-    // Rank of merging parts[i] with parts[i + 1] once parts[i + 1] and parts[i + 2] are one.
-    let rank_after = |parts: &[(u32, Rank)], i: usize| -> Rank {
-        if i + 3 < parts.len() {
-            rank_of(vocab, &piece[parts[i].0 as usize..parts[i + 3].0 as usize])
-        } else {
-            Rank::MAX
+    // Rank of merging part k with part k + 1 (`parts[k].0..parts[k + 2].0`). Parts are
+    // tokens, so the answer depends only on their two ids: a memo keyed by the ids spares
+    // most lookups in the (large, cache-unfriendly) vocabulary table.
+    let mut pair_rank = |parts: &[(u32, Rank)], ids: &[Rank], k: usize| -> Rank {
+        if k + 2 >= parts.len() {
+            return Rank::MAX;
         }
+        let (l, r) = (ids[k], ids[k + 1]);
+        let key = ((l as u64) << 32) | r as u64;
+        let known = l != Rank::MAX && r != Rank::MAX;
+        if known {
+            if let Some(m) = memo.as_deref().and_then(|m| m.get(key)) {
+                return m;
+            }
+        }
+        let v = rank_of(vocab, &piece[parts[k].0 as usize..parts[k + 2].0 as usize]);
+        if known {
+            if let Some(m) = memo.as_deref_mut() {
+                m.put(key, v);
+            }
+        }
+        v
     };
+    for k in 0..n - 1 {
+        parts[k].1 = pair_rank(parts, ids, k);
+    }
 
     loop {
         let mut best = (Rank::MAX, 0usize);
@@ -94,16 +113,58 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
             break;
         }
         let i = best.1;
-        if i > 0 {
-            parts[i - 1].1 = rank_after(parts, i - 1);
-        }
-        parts[i].1 = rank_after(parts, i);
         parts.remove(i + 1);
+        ids.remove(i + 1);
+        ids[i] = best.0;
+        if i > 0 {
+            parts[i - 1].1 = pair_rank(parts, ids, i - 1);
+        }
+        parts[i].1 = pair_rank(parts, ids, i);
     }
     for w in parts.windows(2) {
         push_token(vocab, &piece[w[0].0 as usize..w[1].0 as usize], out)?;
     }
     Ok(())
+}
+
+/// A per-thread memo of pair merges: `(left id, right id)` → the rank of their
+/// concatenation, or `Rank::MAX` when it is no token. Direct-mapped and bounded; each
+/// entry is tagged with the encoder that wrote it.
+pub struct PairMemo {
+    owner: u32,
+    /// (key, rank, owner); owner 0 marks an empty slot.
+    slots: Box<[(u64, Rank, u32)]>,
+}
+
+const MEMO_BITS: u32 = 16;
+
+impl Default for PairMemo {
+    fn default() -> Self {
+        Self { owner: 0, slots: vec![(0, 0, 0); 1 << MEMO_BITS].into_boxed_slice() }
+    }
+}
+
+impl PairMemo {
+    /// Makes the memo serve encoder `owner` (entries of other encoders are ignored).
+    pub fn claim(&mut self, owner: u32) {
+        self.owner = owner;
+    }
+
+    #[inline(always)]
+    fn slot(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize
+    }
+
+    #[inline(always)]
+    fn get(&self, key: u64) -> Option<Rank> {
+        let (k, v, o) = self.slots[Self::slot(key)];
+        (k == key && o == self.owner && o != 0).then_some(v)
+    }
+
+    #[inline(always)]
+    fn put(&mut self, key: u64, rank: Rank) {
+        self.slots[Self::slot(key)] = (key, rank, self.owner);
+    }
 }
 
 const NONE: u32 = u32::MAX;
@@ -331,6 +392,8 @@ mod tests {
         let mut rng = Rng(0x9E3779B97F4A7C15);
         for round in 0..20 {
             let vocab = toy_vocab(&mut rng);
+            let mut memo = PairMemo::default();
+            memo.claim(round + 1);
             let alphabet = b"aab cx";
             for _ in 0..200 {
                 let len = 1 + rng.below(if round % 2 == 0 { 40 } else { 400 }) as usize;
@@ -339,8 +402,11 @@ mod tests {
                 let mut s = Scratch::default();
                 if piece.len() >= 2 {
                     let mut a = Vec::new();
-                    merge_short(&vocab, &piece, &mut a, &mut s).unwrap();
+                    merge_short(&vocab, &piece, &mut a, &mut s, None).unwrap();
                     assert_eq!(a, want, "short path on {:?}", String::from_utf8_lossy(&piece));
+                    let mut a2 = Vec::new();
+                    merge_short(&vocab, &piece, &mut a2, &mut s, Some(&mut memo)).unwrap();
+                    assert_eq!(a2, want, "short path with memo on {:?}", String::from_utf8_lossy(&piece));
                 }
                 let mut b = Vec::new();
                 merge_long(&vocab, &piece, &mut b, &mut s).unwrap();
@@ -352,7 +418,7 @@ mod tests {
                     assert!(d.is_empty());
                 }
                 let mut c = Vec::new();
-                encode_piece(&vocab, &piece, &mut c, &mut s).unwrap();
+                encode_piece(&vocab, &piece, &mut c, &mut s, None).unwrap();
                 assert_eq!(c, want);
             }
         }
@@ -371,7 +437,7 @@ mod tests {
             let piece = vec![b'a'; n];
             let mut s = Scratch::default();
             let mut out = Vec::new();
-            encode_piece(&vocab, &piece, &mut out, &mut s).unwrap();
+            encode_piece(&vocab, &piece, &mut out, &mut s, None).unwrap();
             assert_eq!(out, reference(&vocab, &piece), "n = {n}");
         }
     }
@@ -383,7 +449,7 @@ mod tests {
         let vocab = Vocab::new(ranks, vec![]).unwrap();
         let mut s = Scratch::default();
         let mut out = Vec::new();
-        assert!(matches!(encode_piece(&vocab, b"ab", &mut out, &mut s), Err(Error::UnencodableBytes(_))));
-        assert!(matches!(encode_piece(&vocab, &[b'z'; 300], &mut out, &mut s), Err(Error::UnencodableBytes(_))));
+        assert!(matches!(encode_piece(&vocab, b"ab", &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
+        assert!(matches!(encode_piece(&vocab, &[b'z'; 300], &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
     }
 }

@@ -47,7 +47,10 @@ impl Encoder {
     /// Encodes text with no special-token handling, appending to `out`. Returns how many
     /// tokens the last piece produced (needed by the unstable-token logic).
     pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
-        PieceCache::with(|cache| self.encode_pieces(text, out, scratch, cache))
+        PieceCache::with(|cache| {
+            cache.pairs.claim(self.owner);
+            self.encode_pieces(text, out, scratch, cache)
+        })
     }
 
     fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
@@ -58,7 +61,7 @@ impl Encoder {
             if bytes.len() == 1 {
                 match self.vocab.rank(bytes) {
                     Some(id) => out.push(id),
-                    None => bpe::encode_piece(&self.vocab, bytes, out, scratch)?,
+                    None => bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?,
                 }
             } else if bytes.len() <= INLINE_MAX {
                 let key = inline_key(bytes);
@@ -70,7 +73,7 @@ impl Encoder {
                 } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
                     out.extend_from_slice(tokens);
                 } else {
-                    bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
+                    bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
                     if out.len() - before <= piece_cache::MAX_TOKENS {
                         cache.put(self.owner, key, &out[before..]);
                     } else {
@@ -82,7 +85,7 @@ impl Encoder {
             } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
                 out.extend_from_slice(tokens);
             } else {
-                bpe::encode_piece(&self.vocab, bytes, out, scratch)?;
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
                 if bytes.len() < bpe::LONG_PIECE {
                     cache.put_long(self.owner, bytes, &out[before..]);
                 }
@@ -188,7 +191,7 @@ impl Encoder {
     /// Byte-pair merge of a piece, without the whole-piece lookup.
     fn merge(&self, piece: &[u8]) -> Result<Vec<Rank>> {
         let mut out = Vec::new();
-        bpe::encode_piece(&self.vocab, piece, &mut out, &mut Scratch::default())?;
+        bpe::encode_piece(&self.vocab, piece, &mut out, &mut Scratch::default(), None)?;
         Ok(out)
     }
 

@@ -18,10 +18,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rustc_hash::FxHashMap;
 
+use crate::bpe::PairMemo;
 use crate::error::Rank;
 
 /// Slots per thread (a power of two).
-const SLOTS: usize = 1 << 13;
+const SLOT_BITS: u32 = 14;
+const SLOTS: usize = 1 << SLOT_BITS;
 /// Pieces encoding to more tokens than this are not cached.
 pub const MAX_TOKENS: usize = 3;
 
@@ -34,9 +36,11 @@ struct Slot {
 }
 
 /// Entries of the second level before it is emptied.
-pub const MAX_LONG_ENTRIES: usize = 1 << 15;
+pub const MAX_LONG_ENTRIES: usize = 1 << 17;
 
 pub struct PieceCache {
+    /// Pair merges memoized for byte-pair merging (see `bpe::PairMemo`).
+    pub pairs: PairMemo,
     slots: Box<[Slot]>,
     long: FxHashMap<Box<[u8]>, Box<[Rank]>>,
     long_owner: u32,
@@ -55,14 +59,14 @@ thread_local! {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: FxHashMap::default(), long_owner: 0 }
+        Self { pairs: PairMemo::default(), slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: FxHashMap::default(), long_owner: 0 }
     }
 
     #[inline(always)]
     fn slot(key: u128) -> usize {
         // Fibonacci hashing of the folded key.
         let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> (64 - 13)) as usize
+        (h >> (64 - SLOT_BITS)) as usize
     }
 
     #[inline(always)]
