@@ -102,6 +102,8 @@ Usage:
 
 from __future__ import annotations
 
+from machine_info import machine_line, python_line, versions
+
 import argparse
 import gc
 import gettext
@@ -533,41 +535,8 @@ def worker(spec: dict) -> int:
 
 
 def machine_lines() -> List[str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    cores = os.cpu_count() or 1
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem = f", {int(line.split()[1]) / 1024**2:.1f} GiB RAM"
-                    break
-    except OSError:
-        pass
-    versions = []
-    for lib in LIBRARIES:
-        _, dist, label = LIBRARIES[lib]
-        try:
-            versions.append(f"{label} {version(dist)}")
-        except PackageNotFoundError:
-            versions.append(f"{label} (not installed)")
-    return [
-        f"machine: {cpu} ({platform.machine()}), {cores} cores ({usable} usable){mem}, "
-        f"{platform.system()} {platform.release()}",
-        f"Python {platform.python_version()} ({sys.executable})",
-        "versions: " + ", ".join(versions),
-    ]
+    libs = [(label, dist) for _, dist, label in LIBRARIES.values()]
+    return [machine_line(), python_line(), "versions: " + ", ".join(versions(libs))]
 
 
 def run_worker(spec: dict, env: Dict[str, str], timeout: float) -> Tuple[Optional[dict], str]:

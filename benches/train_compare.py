@@ -50,6 +50,8 @@ worker's environment, which rustbpe's and HuggingFace's rayon pools obey.
 
 from __future__ import annotations
 
+from machine_info import machine_line, python_line, versions
+
 import argparse
 import gc
 import gzip
@@ -303,39 +305,8 @@ def worker(spec: dict) -> int:
 
 
 def machine_lines(libs: List[str]) -> List[str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    cores = os.cpu_count() or 1
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem = f", {int(line.split()[1]) / 1024**2:.1f} GiB RAM"
-                    break
-    except OSError:
-        pass
-    versions = []
-    for lib in libs:
-        _, dist, label = LIBRARIES[lib]
-        try:
-            versions.append(f"{label} {version(dist)}")
-        except PackageNotFoundError:
-            versions.append(f"{label} (version unknown)")
-    return [
-        f"machine: {cpu} ({platform.machine()}), {cores} cores ({usable} usable){mem}, {platform.system()} {platform.release()}",
-        f"Python {platform.python_version()} ({sys.executable}); {', '.join(versions)}",
-    ]
+    names = [(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs]
+    return [machine_line(), f"{python_line()}; {', '.join(versions(names))}"]
 
 
 def run_worker(spec: dict, env: Dict[str, str]) -> Tuple[Optional[dict], str]:
