@@ -103,6 +103,7 @@ Usage:
 from __future__ import annotations
 
 from machine_info import machine_line, python_line, versions
+from text_files import files_under
 
 import argparse
 import gc
@@ -163,23 +164,6 @@ WORST_CASES: Dict[str, str] = {
 
 
 # ---------------------------------------------------------------------------- text
-
-
-def _files_under(root: Path, keep: Callable[[str], bool]) -> List[Path]:
-    """Regular files under ``root`` whose name ``keep`` accepts (links skipped), sorted."""
-    found = []
-    if not root.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for name in filenames:
-            if not keep(name):
-                continue
-            path = Path(dirpath, name)
-            if path.is_symlink() or not path.is_file():
-                continue
-            found.append(path)
-    return sorted(found)
 
 
 def _read_text(path: Path) -> Optional[str]:
@@ -253,14 +237,14 @@ def _kind_documents(kind: str) -> Iterator[Tuple[str, str]]:
 
         yield from _file_documents(stdlib_files())
     elif kind == "c":
-        yield from _file_documents(_files_under(Path("/usr/include"), lambda n: n.endswith(".h")))
+        yield from _file_documents(files_under(Path("/usr/include"), lambda n: n.endswith(".h")))
     elif kind == "rust":
         for root in _cargo_src_roots():
-            yield from _file_documents(_files_under(root, lambda n: n.endswith(".rs")))
+            yield from _file_documents(files_under(root, lambda n: n.endswith(".rs")))
     elif kind == "go":
-        yield from _file_documents(_files_under(Path("/usr/share/doc"), lambda n: n.endswith(".go")))
+        yield from _file_documents(files_under(Path("/usr/share/doc"), lambda n: n.endswith(".go")))
     elif kind == "docs":
-        yield from _file_documents(_files_under(Path("/usr/share/doc"), _is_prose))
+        yield from _file_documents(files_under(Path("/usr/share/doc"), _is_prose))
     elif kind == "man":
         man = Path("/usr/share/man")
         dirs = sorted(p for p in man.glob("man*") if p.is_dir()) if man.is_dir() else []

@@ -51,6 +51,7 @@ worker's environment, which rustbpe's and HuggingFace's rayon pools obey.
 from __future__ import annotations
 
 from machine_info import machine_line, python_line, versions
+from text_files import files_under
 
 import argparse
 import gc
@@ -95,25 +96,10 @@ def _site_dirs() -> List[Path]:
     return sorted(unique)
 
 
-def _files_under(root: Path, suffixes: Optional[Tuple[str, ...]] = None) -> List[Path]:
-    """Regular files under ``root`` (links not followed, links skipped), sorted."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for name in filenames:
-            if suffixes is not None and not name.endswith(suffixes):
-                continue
-            path = Path(dirpath, name)
-            if path.is_symlink() or not path.is_file():
-                continue
-            found.append(path)
-    return sorted(found)
-
-
 def _site_texts() -> Iterator[str]:
     seen = set()
     for d in _site_dirs():
-        for path in _files_under(d, SITE_SUFFIXES):
+        for path in files_under(d, lambda name: name.endswith(SITE_SUFFIXES)):
             real = path.resolve()
             if real in seen:
                 continue
@@ -127,7 +113,7 @@ def _site_texts() -> Iterator[str]:
 def _doc_texts(root: str) -> Iterator[str]:
     if not os.path.isdir(root):
         return
-    for path in _files_under(Path(root)):
+    for path in files_under(Path(root)):
         try:
             data = path.read_bytes()
             if path.name.endswith(".gz"):
