@@ -113,7 +113,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import random
 import shutil
 import string

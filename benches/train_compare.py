@@ -60,7 +60,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import resource
 import site
 import subprocess
