@@ -22,8 +22,8 @@ pub const LONG_PIECE: usize = 128;
 /// Reusable buffers so that merging allocates nothing in steady state.
 #[derive(Default)]
 pub struct Scratch {
-    buckets: FxHashMap<Rank, Bucket>,
-    pending: BinaryHeap<Reverse<Rank>>,
+    buckets: Buckets,
+    sweep: Vec<u32>,
     parts: Vec<(u32, Rank)>,
     ids: Vec<Rank>,
     next: Vec<u32>,
@@ -44,8 +44,9 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
         }
         n if n < LONG_PIECE => merge_short(vocab, piece, out, s, memo),
         _ => {
-            if !merge_by_rank_buckets(vocab, piece, out, s)? {
-                merge_long(vocab, piece, out, s)?;
+            let mut memo = memo;
+            if !merge_by_rank_buckets(vocab, piece, out, s, memo.as_deref_mut())? {
+                merge_long(vocab, piece, out, s, memo)?;
             }
             Ok(())
         }
@@ -55,12 +56,6 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
 #[inline]
 fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
     vocab.rank(bytes).unwrap_or(Rank::MAX)
-}
-
-#[inline]
-fn push_token(vocab: &Vocab, bytes: &[u8], out: &mut Vec<Rank>) -> Result<()> {
-    out.push(vocab.rank(bytes).ok_or_else(|| Error::UnencodableBytes(bytes.to_vec()))?);
-    Ok(())
 }
 
 /// Quadratic in the worst case but tiny constants: `parts[i] = (start, rank of merging
@@ -73,7 +68,7 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
     for i in 0..=n {
         parts.push((i as u32, Rank::MAX));
     }
-    ids.extend(piece.iter().map(|&b| vocab.rank(&[b]).unwrap_or(Rank::MAX)));
+    ids.extend(piece.iter().map(|&b| vocab.byte_rank(b)));
 
     // Rank of merging part k with part k + 1 (`parts[k].0..parts[k + 2].0`). Parts are
     // tokens, so the answer depends only on their two ids: a memo keyed by the ids spares
@@ -98,8 +93,9 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
         }
         v
     };
+    // At first every part is one byte: the pair ranks come from the dense byte-pair table.
     for k in 0..n - 1 {
-        parts[k].1 = pair_rank(parts, ids, k);
+        parts[k].1 = vocab.pair_rank(piece[k], piece[k + 1]);
     }
 
     loop {
@@ -121,8 +117,13 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &
         }
         parts[i].1 = pair_rank(parts, ids, i);
     }
-    for w in parts.windows(2) {
-        push_token(vocab, &piece[w[0].0 as usize..w[1].0 as usize], out)?;
+    // Every part is a token whose id is already known (merged parts took the rank of
+    // their merge); only a byte the vocabulary lacks has none.
+    for (k, &id) in ids.iter().enumerate() {
+        if id == Rank::MAX {
+            return Err(Error::UnencodableBytes(piece[parts[k].0 as usize..parts[k + 1].0 as usize].to_vec()));
+        }
+        out.push(id);
     }
     Ok(())
 }
@@ -165,33 +166,60 @@ impl PairMemo {
     fn put(&mut self, key: u64, rank: Rank) {
         self.slots[Self::slot(key)] = (key, rank, self.owner);
     }
+
+    /// The rank of merging tokens `l` and `r`, from the memo or else from `lookup`.
+    #[inline(always)]
+    fn rank(&mut self, l: Rank, r: Rank, lookup: impl FnOnce() -> Rank) -> Rank {
+        let key = ((l as u64) << 32) | r as u64;
+        if let Some(v) = self.get(key) {
+            return v;
+        }
+        let v = lookup();
+        self.put(key, v);
+        v
+    }
 }
 
 const NONE: u32 = u32::MAX;
 
+/// The buffers behind [`Parts`], borrowed from [`Scratch`].
+struct PartsScratch<'a> {
+    next: &'a mut Vec<u32>,
+    prev: &'a mut Vec<u32>,
+    rank: &'a mut Vec<Rank>,
+    ids: &'a mut Vec<Rank>,
+}
+
 /// A long piece as a linked list of parts: node `i` is the part starting at byte `i`, and
 /// `rank[i]` is the rank of merging it with the next part (`Rank::MAX` if none).
-struct Parts<'a> {
+struct Parts<'a, 'm> {
     vocab: &'a Vocab,
     piece: &'a [u8],
     next: &'a mut Vec<u32>,
     prev: &'a mut Vec<u32>,
     rank: &'a mut Vec<Rank>,
+    /// `ids[i]`: the token id of the part starting at node `i` (`Rank::MAX` for a byte the
+    /// vocabulary lacks).
+    ids: &'a mut Vec<Rank>,
+    memo: Option<&'m mut PairMemo>,
 }
 
-impl<'a> Parts<'a> {
+impl<'a, 'm> Parts<'a, 'm> {
     /// One part per byte.
-    fn new(vocab: &'a Vocab, piece: &'a [u8], next: &'a mut Vec<u32>, prev: &'a mut Vec<u32>, rank: &'a mut Vec<Rank>) -> Self {
+    fn new(vocab: &'a Vocab, piece: &'a [u8], s: PartsScratch<'a>, memo: Option<&'m mut PairMemo>) -> Self {
+        let PartsScratch { next, prev, rank, ids } = s;
         let n = piece.len();
         next.clear();
         prev.clear();
         rank.clear();
+        ids.clear();
+        ids.extend(piece.iter().map(|&b| vocab.byte_rank(b)));
         for i in 0..n {
             next.push(if i + 1 < n { (i + 1) as u32 } else { NONE });
             prev.push(if i > 0 { (i - 1) as u32 } else { NONE });
-            rank.push(if i + 1 < n { rank_of(vocab, &piece[i..i + 2]) } else { Rank::MAX });
+            rank.push(if i + 1 < n { vocab.pair_rank(piece[i], piece[i + 1]) } else { Rank::MAX });
         }
-        Self { vocab, piece, next, prev, rank }
+        Self { vocab, piece, next, prev, rank, ids, memo }
     }
 
     /// End (exclusive) of the part that starts at node `i`.
@@ -203,12 +231,17 @@ impl<'a> Parts<'a> {
 
     /// Rank of merging node `i` with its successor, in the current list.
     #[inline]
-    fn pair(&self, i: u32) -> Rank {
+    fn pair(&mut self, i: u32) -> Rank {
         let j = self.next[i as usize];
         if j == NONE {
             return Rank::MAX;
         }
-        rank_of(self.vocab, &self.piece[i as usize..self.end(j)])
+        let (l, r) = (self.ids[i as usize], self.ids[j as usize]);
+        let bytes = &self.piece[i as usize..self.end(j)];
+        match self.memo.as_deref_mut() {
+            Some(memo) if l != Rank::MAX && r != Rank::MAX => memo.rank(l, r, || rank_of(self.vocab, bytes)),
+            _ => rank_of(self.vocab, bytes),
+        }
     }
 
     /// Merges node `i` with its successor and recomputes the two pairs that changed; returns
@@ -217,6 +250,7 @@ impl<'a> Parts<'a> {
     fn merge(&mut self, i: u32) -> [u32; 2] {
         let j = self.next[i as usize];
         let k = self.next[j as usize];
+        self.ids[i as usize] = self.rank[i as usize];
         self.next[i as usize] = k;
         if k != NONE {
             self.prev[k as usize] = i;
@@ -236,7 +270,11 @@ impl<'a> Parts<'a> {
     fn emit(&self, out: &mut Vec<Rank>) -> Result<()> {
         let mut i = 0u32;
         while i != NONE {
-            push_token(self.vocab, &self.piece[i as usize..self.end(i)], out)?;
+            let id = self.ids[i as usize];
+            if id == Rank::MAX {
+                return Err(Error::UnencodableBytes(self.piece[i as usize..self.end(i)].to_vec()));
+            }
+            out.push(id);
             i = self.next[i as usize];
         }
         Ok(())
@@ -250,15 +288,73 @@ struct Bucket {
     sorted: bool,
 }
 
-fn add_to_bucket(buckets: &mut FxHashMap<Rank, Bucket>, pending: &mut BinaryHeap<Reverse<Rank>>, r: Rank, pos: u32) {
-    let b = buckets.entry(r).or_insert_with(|| {
-        pending.push(Reverse(r));
-        Bucket { positions: Vec::new(), sorted: true }
-    });
-    if b.positions.last().is_some_and(|&last| last > pos) {
-        b.sorted = false;
+/// Buckets of pair positions by rank, lowest rank first. Buckets live in a pool reused
+/// across pieces (no allocation in steady state), and the bucket last added to is
+/// remembered: merges in a long piece mostly create pairs of one or two ranks.
+#[derive(Default)]
+pub struct Buckets {
+    index: FxHashMap<Rank, u32>,
+    pool: Vec<Bucket>,
+    free: Vec<u32>,
+    pending: BinaryHeap<Reverse<Rank>>,
+    /// (rank, pool slot) of the last addition; `Rank::MAX` when none.
+    last: (Rank, u32),
+}
+
+impl Buckets {
+    fn clear(&mut self) {
+        for (_, slot) in self.index.drain() {
+            self.pool[slot as usize].positions.clear();
+            self.free.push(slot);
+        }
+        self.pending.clear();
+        self.last = (Rank::MAX, 0);
     }
-    b.positions.push(pos);
+
+    #[inline]
+    fn add(&mut self, r: Rank, pos: u32) {
+        let slot = if self.last.0 == r {
+            self.last.1
+        } else {
+            let slot = match self.index.get(&r) {
+                Some(&slot) => slot,
+                None => {
+                    let slot = self.free.pop().unwrap_or_else(|| {
+                        self.pool.push(Bucket::default());
+                        (self.pool.len() - 1) as u32
+                    });
+                    self.pool[slot as usize].sorted = true;
+                    self.index.insert(r, slot);
+                    self.pending.push(Reverse(r));
+                    slot
+                }
+            };
+            self.last = (r, slot);
+            slot
+        };
+        let b = &mut self.pool[slot as usize];
+        if b.positions.last().is_some_and(|&last| last > pos) {
+            b.sorted = false;
+        }
+        b.positions.push(pos);
+    }
+
+    /// Moves the positions of the lowest rank into `into` (sorted); returns the rank.
+    fn pop_lowest(&mut self, into: &mut Vec<u32>) -> Option<Rank> {
+        let Reverse(r) = self.pending.pop()?;
+        let slot = self.index.remove(&r).expect("a pending rank has a bucket");
+        if self.last.0 == r {
+            self.last = (Rank::MAX, 0);
+        }
+        let b = &mut self.pool[slot as usize];
+        if !b.sorted {
+            b.positions.sort_unstable();
+        }
+        into.clear();
+        std::mem::swap(into, &mut b.positions);
+        self.free.push(slot);
+        Some(r)
+    }
 }
 
 /// Long pieces: the pairs are bucketed by rank. Ranks are taken lowest first and each
@@ -269,22 +365,17 @@ fn add_to_bucket(buckets: &mut FxHashMap<Rank, Bucket>, pending: &mut BinaryHeap
 /// creates a pair ranked *below* the bucket being swept, the order would need to go back:
 /// the function gives up and returns `Ok(false)` with `out` untouched, and the caller uses
 /// the heap.
-pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<bool> {
-    let Scratch { next, prev, pair_rank, buckets, pending, .. } = s;
+pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<bool> {
+    let Scratch { next, prev, pair_rank, ids, buckets, sweep, .. } = s;
     buckets.clear();
-    pending.clear();
-    let mut parts = Parts::new(vocab, piece, next, prev, pair_rank);
+    let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);
     for (i, &r) in parts.rank.iter().enumerate() {
         if r != Rank::MAX {
-            add_to_bucket(buckets, pending, r, i as u32);
+            buckets.add(r, i as u32);
         }
     }
-    while let Some(Reverse(r)) = pending.pop() {
-        let Some(mut bucket) = buckets.remove(&r) else { continue };
-        if !bucket.sorted {
-            bucket.positions.sort_unstable();
-        }
-        for &i in &bucket.positions {
+    while let Some(r) = buckets.pop_lowest(sweep) {
+        for &i in sweep.iter() {
             if parts.rank[i as usize] != r {
                 continue; // merged away, or its pair changed
             }
@@ -299,7 +390,7 @@ pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<R
                 if nr <= r {
                     return Ok(false); // (equal is impossible with distinct ranks; be safe)
                 }
-                add_to_bucket(buckets, pending, nr, node);
+                buckets.add(nr, node);
             }
         }
     }
@@ -309,10 +400,10 @@ pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<R
 
 /// O(n log n) always: a min-heap holds (rank, position) candidates and stale entries are
 /// skipped when popped.
-pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch) -> Result<()> {
-    let Scratch { next, prev, pair_rank, heap, .. } = s;
+pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<()> {
+    let Scratch { next, prev, pair_rank, ids, heap, .. } = s;
     heap.clear();
-    let mut parts = Parts::new(vocab, piece, next, prev, pair_rank);
+    let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);
     heap.extend(parts.rank.iter().enumerate().filter(|(_, &r)| r != Rank::MAX).map(|(i, &r)| Reverse((r, i as u32))));
     while let Some(Reverse((r, i))) = heap.pop() {
         if parts.rank[i as usize] != r {
@@ -409,13 +500,19 @@ mod tests {
                     assert_eq!(a2, want, "short path with memo on {:?}", String::from_utf8_lossy(&piece));
                 }
                 let mut b = Vec::new();
-                merge_long(&vocab, &piece, &mut b, &mut s).unwrap();
+                merge_long(&vocab, &piece, &mut b, &mut s, None).unwrap();
                 assert_eq!(b, want, "long path on {:?}", String::from_utf8_lossy(&piece));
-                let mut d = Vec::new();
-                if merge_by_rank_buckets(&vocab, &piece, &mut d, &mut s).unwrap() {
-                    assert_eq!(d, want, "bucket path on {:?}", String::from_utf8_lossy(&piece));
-                } else {
-                    assert!(d.is_empty());
+                let mut b2 = Vec::new();
+                merge_long(&vocab, &piece, &mut b2, &mut s, Some(&mut memo)).unwrap();
+                assert_eq!(b2, want, "long path with memo on {:?}", String::from_utf8_lossy(&piece));
+                for with_memo in [false, true] {
+                    let mut d = Vec::new();
+                    let m = if with_memo { Some(&mut memo) } else { None };
+                    if merge_by_rank_buckets(&vocab, &piece, &mut d, &mut s, m).unwrap() {
+                        assert_eq!(d, want, "bucket path on {:?}", String::from_utf8_lossy(&piece));
+                    } else {
+                        assert!(d.is_empty());
+                    }
                 }
                 let mut c = Vec::new();
                 encode_piece(&vocab, &piece, &mut c, &mut s, None).unwrap();

@@ -65,8 +65,14 @@ impl Encoder {
                 }
             } else if bytes.len() <= INLINE_MAX {
                 let key = inline_key(bytes);
-                if let Some(tokens) = cache.get(self.owner, key) {
-                    out.extend_from_slice(tokens);
+                if let Some([a, b, c]) = cache.get(self.owner, key) {
+                    out.push(a);
+                    if b != Rank::MAX {
+                        out.push(b);
+                        if c != Rank::MAX {
+                            out.push(c);
+                        }
+                    }
                 } else if let Some(id) = self.vocab.rank_inline(key) {
                     out.push(id);
                     cache.put(self.owner, key, &out[before..]);

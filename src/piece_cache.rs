@@ -27,12 +27,14 @@ const SLOTS: usize = 1 << SLOT_BITS;
 /// Pieces encoding to more tokens than this are not cached.
 pub const MAX_TOKENS: usize = 3;
 
+/// One entry: 32 bytes, aligned so that a probe touches one cache line. Unused token
+/// places hold `Rank::MAX`, never a token id (ids are below `u32::MAX`).
 #[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
 struct Slot {
     key: [u64; 2],
-    owner: u32,
-    len: u32,
     tokens: [Rank; MAX_TOKENS],
+    owner: u32,
 }
 
 /// Entries of the second level before it is emptied.
@@ -74,15 +76,11 @@ impl PieceCache {
         [key as u64, (key >> 64) as u64]
     }
 
-    /// The tokens cached for `key` by `owner`.
+    /// The tokens cached for `key` by `owner`, padded with `Rank::MAX`.
     #[inline(always)]
-    pub fn get(&self, owner: u32, key: u128) -> Option<&[Rank]> {
+    pub fn get(&self, owner: u32, key: u128) -> Option<[Rank; MAX_TOKENS]> {
         let s = &self.slots[Self::slot(key)];
-        if s.owner == owner && s.key == Self::split(key) {
-            Some(&s.tokens[..s.len as usize])
-        } else {
-            None
-        }
+        (s.owner == owner && s.key == Self::split(key)).then_some(s.tokens)
     }
 
     #[inline(always)]
@@ -93,7 +91,7 @@ impl PieceCache {
         let s = &mut self.slots[Self::slot(key)];
         s.key = Self::split(key);
         s.owner = owner;
-        s.len = tokens.len() as u32;
+        s.tokens = [Rank::MAX; MAX_TOKENS];
         s.tokens[..tokens.len()].copy_from_slice(tokens);
     }
 
@@ -134,11 +132,13 @@ mod tests {
         let mut c = PieceCache::new();
         let k = inline_key(b"hello");
         c.put(1, k, &[7, 8]);
-        assert_eq!(c.get(1, k), Some(&[7, 8][..]));
+        assert_eq!(c.get(1, k), Some([7, 8, Rank::MAX]));
         assert_eq!(c.get(2, k), None);
         assert_eq!(c.get(1, inline_key(b"hellp")), None);
         c.put(1, k, &[1, 2, 3, 4]);
-        assert_eq!(c.get(1, k), Some(&[7, 8][..]));
+        assert_eq!(c.get(1, k), Some([7, 8, Rank::MAX]));
+        c.put(1, k, &[9]);
+        assert_eq!(c.get(1, k), Some([9, Rank::MAX, Rank::MAX]));
         c.put_long(1, b"a long piece of text", &[1, 2, 3, 4]);
         assert_eq!(c.get_long(1, b"a long piece of text"), Some(&[1, 2, 3, 4][..]));
         assert_eq!(c.get_long(2, b"a long piece of text"), None);

@@ -18,6 +18,10 @@ pub struct Vocab {
     max_len: usize,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
     byte_ranks: [Rank; 256],
+    /// For every two bytes `(a, b)` at `a << 8 | b`, the rank of the pair or `Rank::MAX`:
+    /// byte-pair merging starts with a lookup of every adjacent byte pair, and a dense table
+    /// (256 KiB) answers those without hashing or a probe of the large table.
+    pair_ranks: Box<[Rank]>,
     special: FxHashMap<String, Rank>,
     /// `decode_offsets[id]..decode_offsets[id + 1]` indexes `decode_bytes`;
     /// `decode_known[id]` says whether the id exists at all.
@@ -32,12 +36,30 @@ pub struct Vocab {
 pub const INLINE_MAX: usize = 15;
 
 /// Packs a byte string of at most [`INLINE_MAX`] bytes with its length into one key.
+/// Byte `i` of the string is byte `i` of the key (little-endian), byte 15 is the length
+/// and the bytes between are zero. Built from at most two overlapping word loads (no
+/// copy through memory: this runs once per piece of text).
 #[inline(always)]
 pub fn inline_key(bytes: &[u8]) -> u128 {
-    let mut buf = [0u8; 16];
-    buf[..bytes.len()].copy_from_slice(bytes);
-    buf[15] = bytes.len() as u8;
-    u128::from_le_bytes(buf)
+    let n = bytes.len();
+    assert!(n <= INLINE_MAX);
+    let (lo, hi) = if n >= 8 {
+        let lo = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        // Bytes n-8..n; the wanted bytes 8..n are its top n-8 bytes.
+        let tail = u64::from_le_bytes(bytes[n - 8..].try_into().unwrap());
+        (lo, if n == 8 { 0 } else { tail >> (8 * (16 - n)) })
+    } else if n >= 4 {
+        // Two overlapping 4-byte loads; shared bytes are equal, so OR joins them.
+        let a = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as u64;
+        let b = u32::from_le_bytes(bytes[n - 4..].try_into().unwrap()) as u64;
+        (a | (b << (8 * (n - 4))), 0)
+    } else if n > 0 {
+        let (a, b, c) = (bytes[0] as u64, bytes[n / 2] as u64, bytes[n - 1] as u64);
+        (a | (b << (8 * (n / 2))) | (c << (8 * (n - 1))), 0)
+    } else {
+        (0, 0)
+    };
+    (lo as u128) | (((hi | ((n as u64) << 56)) as u128) << 64)
 }
 
 impl Vocab {
@@ -93,6 +115,12 @@ impl Vocab {
                 *slot = r;
             }
         }
+        let mut pair_ranks = vec![Rank::MAX; 1 << 16].into_boxed_slice();
+        for (k, &v) in &ranks {
+            if let [a, b] = k[..] {
+                pair_ranks[(a as usize) << 8 | b as usize] = v;
+            }
+        }
         let short = ranks
             .iter()
             .filter(|(k, _)| k.len() <= INLINE_MAX)
@@ -104,6 +132,7 @@ impl Vocab {
             short,
             max_len,
             byte_ranks,
+            pair_ranks,
             special,
             decode_bytes,
             decode_offsets,
@@ -121,10 +150,26 @@ impl Vocab {
                 let r = self.byte_ranks[bytes[0] as usize];
                 (r != Rank::MAX).then_some(r)
             }
+            2 => {
+                let r = self.pair_rank(bytes[0], bytes[1]);
+                (r != Rank::MAX).then_some(r)
+            }
             n if n <= INLINE_MAX => self.short.get(&inline_key(bytes)).copied(),
             n if n > self.max_len => None,
             _ => self.ranks.get(bytes).copied(),
         }
+    }
+
+    /// The rank of one byte, `Rank::MAX` when the vocabulary lacks it.
+    #[inline(always)]
+    pub fn byte_rank(&self, byte: u8) -> Rank {
+        self.byte_ranks[byte as usize]
+    }
+
+    /// The rank of the two bytes `a b`, `Rank::MAX` when they are no token.
+    #[inline(always)]
+    pub fn pair_rank(&self, a: u8, b: u8) -> Rank {
+        self.pair_ranks[(a as usize) << 8 | b as usize]
     }
 
     /// The rank of a string of 2..=[`INLINE_MAX`] bytes given by its [`inline_key`].
@@ -238,6 +283,17 @@ mod tests {
         let v = Vocab::new(ranks, specials).unwrap();
         assert_eq!(v.decode(&[0, 5]).unwrap(), b"a<x>");
         assert_eq!(v.special_id("<y>"), Some(5));
+    }
+
+    #[test]
+    fn inline_key_is_bytes_then_zeros_then_length() {
+        let data: Vec<u8> = (1..=15).map(|i| i * 17).collect();
+        for n in 0..=INLINE_MAX {
+            let mut buf = [0u8; 16];
+            buf[..n].copy_from_slice(&data[..n]);
+            buf[15] = n as u8;
+            assert_eq!(inline_key(&data[..n]), u128::from_le_bytes(buf), "length {n}");
+        }
     }
 
     #[test]
