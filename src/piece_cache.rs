@@ -7,8 +7,9 @@
 //! * a direct-mapped table for pieces of at most 15 bytes that encode to at most
 //!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot; a few hundred
 //!   KiB per thread, small enough to stay in the CPU's cache);
-//! * a hash map for the other pieces that needed byte-pair merging (long words, scripts
-//!   with multi-byte characters), emptied whenever it reaches [`MAX_LONG_ENTRIES`].
+//! * an open-addressing table for the other pieces that needed byte-pair merging (long
+//!   words, scripts with multi-byte characters), its keys and tokens stored in two pools
+//!   (no allocation per entry), emptied whenever it holds [`MAX_LONG_ENTRIES`].
 //!
 //! Entries are tied to the encoder that wrote them, so encoders never see each other's
 //! results.
@@ -16,7 +17,9 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rustc_hash::FxHashMap;
+use std::hash::Hasher;
+
+use rustc_hash::FxHasher;
 
 use crate::bpe::PairMemo;
 use crate::error::Rank;
@@ -37,15 +40,106 @@ struct Slot {
     owner: u32,
 }
 
-/// Entries of the second level before it is emptied.
-pub const MAX_LONG_ENTRIES: usize = 1 << 17;
+/// Slots of the second level (a power of two), and the entries it holds before it is
+/// emptied (three quarters of the slots).
+const LONG_BITS: u32 = 16;
+pub const MAX_LONG_ENTRIES: usize = (1 << LONG_BITS) / 4 * 3;
+/// Longest piece the second level keeps.
+pub const MAX_LONG_KEY: usize = 255;
+
+/// A second-level slot: where the key's bytes and its tokens are in the pools. `hash` is 0
+/// for an empty slot (hashes are made odd).
+#[derive(Clone, Copy, Default)]
+struct LongSlot {
+    hash: u32,
+    key_at: u32,
+    tokens_at: u32,
+    key_len: u8,
+    tokens_len: u8,
+}
+
+struct LongCache {
+    owner: u32,
+    slots: Box<[LongSlot]>,
+    keys: Vec<u8>,
+    tokens: Vec<Rank>,
+    len: usize,
+}
+
+impl LongCache {
+    fn new() -> Self {
+        Self { owner: 0, slots: Box::default(), keys: Vec::new(), tokens: Vec::new(), len: 0 }
+    }
+
+    #[inline]
+    fn hash(piece: &[u8]) -> u32 {
+        let mut h = FxHasher::default();
+        h.write(piece);
+        (h.finish() >> 32) as u32 | 1
+    }
+
+    #[inline]
+    fn get(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
+        if self.owner != owner || self.slots.is_empty() {
+            return None;
+        }
+        let hash = Self::hash(piece);
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s.hash == 0 {
+                return None;
+            }
+            if s.hash == hash && s.key_len as usize == piece.len() {
+                let k = s.key_at as usize;
+                if &self.keys[k..k + piece.len()] == piece {
+                    let t = s.tokens_at as usize;
+                    return Some(&self.tokens[t..t + s.tokens_len as usize]);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn put(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
+        if piece.len() > MAX_LONG_KEY || tokens.len() > MAX_LONG_KEY {
+            return;
+        }
+        if self.slots.is_empty() {
+            self.slots = vec![LongSlot::default(); 1 << LONG_BITS].into_boxed_slice();
+        }
+        if self.owner != owner || self.len >= MAX_LONG_ENTRIES {
+            self.slots.fill(LongSlot::default());
+            self.keys.clear();
+            self.tokens.clear();
+            self.len = 0;
+            self.owner = owner;
+        }
+        let hash = Self::hash(piece);
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        while self.slots[i].hash != 0 {
+            i = (i + 1) & mask; // (a piece already present is not put again: callers look first)
+        }
+        self.slots[i] = LongSlot {
+            hash,
+            key_at: self.keys.len() as u32,
+            tokens_at: self.tokens.len() as u32,
+            key_len: piece.len() as u8,
+            tokens_len: tokens.len() as u8,
+        };
+        self.keys.extend_from_slice(piece);
+        self.tokens.extend_from_slice(tokens);
+        self.len += 1;
+    }
+}
 
 pub struct PieceCache {
     /// Pair merges memoized for byte-pair merging (see `bpe::PairMemo`).
     pub pairs: PairMemo,
     slots: Box<[Slot]>,
-    long: FxHashMap<Box<[u8]>, Box<[Rank]>>,
-    long_owner: u32,
+    long: LongCache,
 }
 
 static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
@@ -61,7 +155,7 @@ thread_local! {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { pairs: PairMemo::default(), slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: FxHashMap::default(), long_owner: 0 }
+        Self { pairs: PairMemo::default(), slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: LongCache::new() }
     }
 
     #[inline(always)]
@@ -98,18 +192,11 @@ impl PieceCache {
     /// The tokens of a piece that needed merging and does not fit the first level.
     #[inline]
     pub fn get_long(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
-        if self.long_owner != owner {
-            return None;
-        }
-        self.long.get(piece).map(|t| &t[..])
+        self.long.get(owner, piece)
     }
 
     pub fn put_long(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
-        if self.long_owner != owner || self.long.len() >= MAX_LONG_ENTRIES {
-            self.long.clear();
-            self.long_owner = owner;
-        }
-        self.long.insert(piece.into(), tokens.into());
+        self.long.put(owner, piece, tokens);
     }
 
     /// Runs `f` with this thread's cache (created on first use). A re-entrant call gets a
@@ -144,5 +231,26 @@ mod tests {
         assert_eq!(c.get_long(2, b"a long piece of text"), None);
         c.put_long(2, b"other", &[5]);
         assert_eq!(c.get_long(1, b"a long piece of text"), None);
+        assert_eq!(c.get_long(2, b"other"), Some(&[5][..]));
+    }
+
+    #[test]
+    fn second_level_is_bounded_and_keeps_what_it_was_given() {
+        let mut c = PieceCache::new();
+        let key = |i: usize| format!("piece number {i}").into_bytes();
+        let n = 2 * MAX_LONG_ENTRIES + 5;
+        for i in 0..n {
+            c.put_long(1, &key(i), &[i as Rank, 7, 8, 9]);
+            assert!(c.long.len <= MAX_LONG_ENTRIES);
+            assert_eq!(c.get_long(1, &key(i)), Some(&[i as Rank, 7, 8, 9][..]));
+        }
+        // Emptied when full: what came after the last emptying is there, nothing before.
+        for i in n - 5..n {
+            assert_eq!(c.get_long(1, &key(i)), Some(&[i as Rank, 7, 8, 9][..]));
+        }
+        assert_eq!(c.get_long(1, &key(n - 6)), None);
+        assert!(c.long.keys.len() < MAX_LONG_ENTRIES * 32);
+        c.put_long(1, &[b'x'; MAX_LONG_KEY + 1], &[1, 2, 3, 4]);
+        assert_eq!(c.get_long(1, &[b'x'; MAX_LONG_KEY + 1]), None);
     }
 }
