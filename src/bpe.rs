@@ -24,7 +24,6 @@ pub const LONG_PIECE: usize = 128;
 pub struct Scratch {
     buckets: Buckets,
     sweep: Vec<u32>,
-    parts: Vec<(u32, Rank)>,
     ids: Vec<Rank>,
     next: Vec<u32>,
     prev: Vec<u32>,
@@ -42,7 +41,7 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
             out.push(vocab.rank(piece).ok_or_else(|| Error::UnencodableBytes(piece.to_vec()))?);
             Ok(())
         }
-        n if n < LONG_PIECE => merge_short(vocab, piece, out, s, memo),
+        n if n < LONG_PIECE => merge_short(vocab, piece, out, memo),
         _ => {
             let mut memo = memo;
             if !merge_by_rank_buckets(vocab, piece, out, s, memo.as_deref_mut())? {
@@ -58,72 +57,84 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
     vocab.rank(bytes).unwrap_or(Rank::MAX)
 }
 
-/// Quadratic in the worst case but tiny constants: `parts[i] = (start, rank of merging
-/// part i with part i + 1)`, with two sentinels at the end.
-pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, mut memo: Option<&mut PairMemo>) -> Result<()> {
-    let Scratch { parts, ids, .. } = s;
-    parts.clear();
-    ids.clear();
-    let n = piece.len();
-    for i in 0..=n {
-        parts.push((i as u32, Rank::MAX));
+/// Pieces of 2..[`LONG_PIECE`] bytes: quadratic in the worst case but with tiny
+/// constants. The parts live in arrays on the stack, sized for the piece (most pieces are a
+/// few bytes): their start offsets, token ids, and the rank of merging each with the next.
+pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo: Option<&mut PairMemo>) -> Result<()> {
+    debug_assert!((2..LONG_PIECE).contains(&piece.len()));
+    if piece.len() <= 16 {
+        merge_in_arrays::<16>(vocab, piece, out, memo)
+    } else {
+        merge_in_arrays::<LONG_PIECE>(vocab, piece, out, memo)
     }
-    ids.extend(piece.iter().map(|&b| vocab.byte_rank(b)));
+}
 
-    // Rank of merging part k with part k + 1 (`parts[k].0..parts[k + 2].0`). Parts are
-    // tokens, so the answer depends only on their two ids: a memo keyed by the ids spares
-    // most lookups in the (large, cache-unfriendly) vocabulary table.
-    let mut pair_rank = |parts: &[(u32, Rank)], ids: &[Rank], k: usize| -> Rank {
-        if k + 2 >= parts.len() {
-            return Rank::MAX;
-        }
-        let (l, r) = (ids[k], ids[k + 1]);
-        let key = ((l as u64) << 32) | r as u64;
-        let known = l != Rank::MAX && r != Rank::MAX;
-        if known {
-            if let Some(m) = memo.as_deref().and_then(|m| m.get(key)) {
-                return m;
-            }
-        }
-        let v = rank_of(vocab, &piece[parts[k].0 as usize..parts[k + 2].0 as usize]);
-        if known {
-            if let Some(m) = memo.as_deref_mut() {
-                m.put(key, v);
-            }
-        }
-        v
-    };
+#[inline(always)]
+fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, mut memo: Option<&mut PairMemo>) -> Result<()> {
+    let n = piece.len();
+    let mut start = [0u32; N];
+    let mut ids = [Rank::MAX; N];
+    let mut ranks = [Rank::MAX; N];
+    for k in 0..n {
+        start[k] = k as u32;
+        ids[k] = vocab.byte_rank(piece[k]);
+    }
     // At first every part is one byte: the pair ranks come from the dense byte-pair table.
     for k in 0..n - 1 {
-        parts[k].1 = vocab.pair_rank(piece[k], piece[k + 1]);
+        ranks[k] = vocab.pair_rank(piece[k], piece[k + 1]);
     }
-
+    let mut m = n; // parts
+    // Rank of merging part k with part k + 1 (bytes `start[k]..start[k + 2]`). Parts are
+    // tokens, so the answer depends only on their two ids: a memo keyed by the ids spares
+    // most lookups in the (large, cache-unfriendly) vocabulary table.
+    let mut pair = |start: &[u32; N], ids: &[Rank; N], m: usize, k: usize| -> Rank {
+        if k + 1 >= m {
+            return Rank::MAX;
+        }
+        let end = if k + 2 < m { start[k + 2] as usize } else { n };
+        let bytes = &piece[start[k] as usize..end];
+        let (l, r) = (ids[k], ids[k + 1]);
+        match memo.as_deref_mut() {
+            Some(memo) if l != Rank::MAX && r != Rank::MAX => memo.rank(l, r, || rank_of(vocab, bytes)),
+            _ => rank_of(vocab, bytes),
+        }
+    };
     loop {
-        let mut best = (Rank::MAX, 0usize);
-        for (i, &(_, r)) in parts[..parts.len() - 1].iter().enumerate() {
-            if r < best.0 {
-                best = (r, i);
+        // The lowest rank, leftmost on ties.
+        let mut best = Rank::MAX;
+        let mut at = 0;
+        for (k, &r) in ranks[..m - 1].iter().enumerate() {
+            if r < best {
+                best = r;
+                at = k;
             }
         }
-        if best.0 == Rank::MAX {
+        if best == Rank::MAX {
             break;
         }
-        let i = best.1;
-        parts.remove(i + 1);
-        ids.remove(i + 1);
-        ids[i] = best.0;
-        if i > 0 {
-            parts[i - 1].1 = pair_rank(parts, ids, i - 1);
+        ids[at] = best;
+        for k in at + 1..m - 1 {
+            start[k] = start[k + 1];
+            ids[k] = ids[k + 1];
+            ranks[k] = ranks[k + 1];
         }
-        parts[i].1 = pair_rank(parts, ids, i);
+        m -= 1;
+        if at > 0 {
+            ranks[at - 1] = pair(&start, &ids, m, at - 1);
+        }
+        ranks[at] = pair(&start, &ids, m, at);
+        if m == 1 {
+            break;
+        }
     }
     // Every part is a token whose id is already known (merged parts took the rank of
     // their merge); only a byte the vocabulary lacks has none.
-    for (k, &id) in ids.iter().enumerate() {
-        if id == Rank::MAX {
-            return Err(Error::UnencodableBytes(piece[parts[k].0 as usize..parts[k + 1].0 as usize].to_vec()));
+    for k in 0..m {
+        if ids[k] == Rank::MAX {
+            let end = if k + 1 < m { start[k + 1] as usize } else { n };
+            return Err(Error::UnencodableBytes(piece[start[k] as usize..end].to_vec()));
         }
-        out.push(id);
+        out.push(ids[k]);
     }
     Ok(())
 }
@@ -491,12 +502,12 @@ mod tests {
                 let piece: Vec<u8> = (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
                 let want = reference(&vocab, &piece);
                 let mut s = Scratch::default();
-                if piece.len() >= 2 {
+                if (2..LONG_PIECE).contains(&piece.len()) {
                     let mut a = Vec::new();
-                    merge_short(&vocab, &piece, &mut a, &mut s, None).unwrap();
+                    merge_short(&vocab, &piece, &mut a, None).unwrap();
                     assert_eq!(a, want, "short path on {:?}", String::from_utf8_lossy(&piece));
                     let mut a2 = Vec::new();
-                    merge_short(&vocab, &piece, &mut a2, &mut s, Some(&mut memo)).unwrap();
+                    merge_short(&vocab, &piece, &mut a2, Some(&mut memo)).unwrap();
                     assert_eq!(a2, want, "short path with memo on {:?}", String::from_utf8_lossy(&piece));
                 }
                 let mut b = Vec::new();
