@@ -132,12 +132,13 @@ fn ids_to_lists<'py>(py: Python<'py>, batch: &[Vec<Rank>]) -> PyResult<Bound<'py
     PyList::new(py, lists)
 }
 
-fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
-    let mut raw = Vec::with_capacity(tokens.len() * 4);
-    for t in tokens {
-        raw.extend_from_slice(&t.to_ne_bytes());
-    }
-    PyBytes::new(py, &raw)
+fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, tokens.len() * 4, |buf| {
+        for (slot, t) in buf.chunks_exact_mut(4).zip(tokens) {
+            slot.copy_from_slice(&t.to_ne_bytes());
+        }
+        Ok(())
+    })
 }
 
 /// The compiled encoder behind `tokenmill.Encoding`.
@@ -184,7 +185,7 @@ impl PyCoreBPE {
     fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
-        Ok(u32_bytes(py, &tokens))
+        u32_bytes(py, &tokens)
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
