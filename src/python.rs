@@ -90,26 +90,28 @@ fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_
 /// once: turning ids into a list then costs a reference count each, not an allocation,
 /// which matters most in batch calls, where building the lists is the part that runs
 /// under the GIL on one core.
-static INTS: Mutex<Vec<Py<PyAny>>> = Mutex::new(Vec::new());
+static INTS: Mutex<Vec<Option<Py<PyAny>>>> = Mutex::new(Vec::new());
 /// Ids above this get a fresh int object each time (no vocabulary comes close).
 const MAX_SHARED_INT: usize = 1 << 21;
 
-fn shared_ints<'a>(py: Python<'_>, guard: &'a mut Vec<Py<PyAny>>, max_id: usize) -> PyResult<&'a [Py<PyAny>]> {
-    let want = (max_id + 1).min(MAX_SHARED_INT);
-    if guard.len() < want {
-        guard.reserve(want - guard.len());
-        for i in guard.len()..want {
-            guard.push((i as u64).into_pyobject(py)?.into_any().unbind());
-        }
+/// The int objects are made on first use, not all at once: frequent ids then tend to sit
+/// together in memory (they show up early), so the reference counts touched while
+/// building a list stay in the CPU's cache.
+fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+    let max = tokens.iter().copied().max().unwrap_or(0) as usize;
+    let want = (max + 1).min(MAX_SHARED_INT);
+    if ints.len() < want {
+        ints.resize_with(want, || None);
     }
-    Ok(&guard[..])
-}
-
-fn list_of_ids<'py>(py: Python<'py>, ints: &[Py<PyAny>], tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     PyList::new(
         py,
-        tokens.iter().map(|&t| match ints.get(t as usize) {
-            Some(obj) => obj.clone_ref(py).into_bound(py),
+        tokens.iter().map(|&t| match ints.get_mut(t as usize) {
+            Some(Some(obj)) => obj.clone_ref(py).into_bound(py),
+            Some(slot) => {
+                let obj = (t as u64).into_pyobject(py).expect("int conversion cannot fail").into_any();
+                *slot = Some(obj.clone().unbind());
+                obj
+            }
             None => (t as u64).into_pyobject(py).expect("int conversion cannot fail").into_any(),
         }),
     )
@@ -117,18 +119,14 @@ fn list_of_ids<'py>(py: Python<'py>, ints: &[Py<PyAny>], tokens: &[Rank]) -> PyR
 
 /// `tokens` as a Python list of ints.
 fn ids_to_list<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
-    let max = tokens.iter().copied().max().unwrap_or(0) as usize;
-    let mut guard = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    let ints = shared_ints(py, &mut guard, max)?;
-    list_of_ids(py, ints, tokens)
+    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+    list_of_ids(py, &mut ints, tokens)
 }
 
 /// Many token lists as a Python list of lists of ints.
 fn ids_to_lists<'py>(py: Python<'py>, batch: &[Vec<Rank>]) -> PyResult<Bound<'py, PyList>> {
-    let max = batch.iter().flat_map(|t| t.iter().copied()).max().unwrap_or(0) as usize;
-    let mut guard = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    let ints = shared_ints(py, &mut guard, max)?;
-    let lists = batch.iter().map(|t| list_of_ids(py, ints, t)).collect::<PyResult<Vec<_>>>()?;
+    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+    let lists = batch.iter().map(|t| list_of_ids(py, &mut ints, t)).collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, lists)
 }
 
