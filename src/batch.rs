@@ -63,6 +63,19 @@ where
     pool.install(|| items.par_iter().map(|t| f(t)).collect())
 }
 
+/// Runs `f(i)` for every `i` in `0..n` on `threads` workers; returns when all have run.
+pub fn for_each_index<F>(n: usize, threads: usize, f: F) -> Result<()>
+where
+    F: Fn(usize) + Sync + Send,
+{
+    if n <= 1 || threads <= 1 || available_cores() == 1 {
+        (0..n).for_each(f);
+        return Ok(());
+    }
+    pool(threads)?.install(|| (0..n).into_par_iter().for_each(|i| f(i)));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +86,16 @@ mod tests {
         assert_eq!(map(&v, 4, |x| Ok(x * 2)).unwrap(), v.iter().map(|x| x * 2).collect::<Vec<_>>());
         let r = map(&v, 4, |&x| if x == 500 { Err(Error::UnknownTokenId(x)) } else { Ok(x) });
         assert_eq!(r, Err(Error::UnknownTokenId(500)));
+    }
+
+    #[test]
+    fn for_each_index_visits_every_index_once() {
+        let seen: Vec<std::sync::atomic::AtomicU32> = (0..500).map(|_| Default::default()).collect();
+        for_each_index(seen.len(), 3, |i| {
+            seen[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .unwrap();
+        assert!(seen.iter().all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 1));
     }
 
     #[test]

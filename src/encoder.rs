@@ -148,42 +148,40 @@ impl Encoder {
     /// piece, the chunks encoded in parallel and their tokens joined, which gives exactly
     /// the tokens of the whole text.
     pub fn encode_batch<S: AsRef<str> + Sync>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Vec<Rank>>> {
-        // (text index, slice, encode as ordinary text)
-        let mut work: Vec<(usize, &str, bool)> = Vec::with_capacity(texts.len());
-        let can_cut = threads > 1 && matches!(self.splitter, Splitter::Scan(_));
-        for (i, t) in texts.iter().enumerate() {
-            let t = t.as_ref();
-            let ordinary = match policy {
-                None => true,
-                Some(p) => p.extra_disallowed.is_empty() && self.specials.find(t, p).is_empty(),
-            };
-            if can_cut && ordinary && t.len() > SPLIT_ABOVE {
-                let mut start = 0;
-                for cut in cut_points(t, CHUNK) {
-                    work.push((i, &t[start..cut], true));
-                    start = cut;
-                }
-                work.push((i, &t[start..], true));
-            } else {
-                work.push((i, t, ordinary));
+        batch::map(texts, threads, |t| self.encode_in_batch(t.as_ref(), policy, threads))
+    }
+
+    /// As [`Encoder::encode_batch`], but each text's tokens go to `done` (with the text's
+    /// index, on a worker thread, in no particular order) as soon as they are ready, so the
+    /// caller can use results while the rest are being encoded. Returns when all are done.
+    pub fn encode_batch_each<S, F>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize, done: F) -> Result<()>
+    where
+        S: AsRef<str> + Sync,
+        F: Fn(usize, Result<Vec<Rank>>) + Sync + Send,
+    {
+        batch::for_each_index(texts.len(), threads, |i| done(i, self.encode_in_batch(texts[i].as_ref(), policy, threads)))
+    }
+
+    /// One text of a batch: its special tokens looked for here (on the worker, not before
+    /// the batch starts), and a long text cut into chunks encoded in parallel.
+    fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Rank>> {
+        if let Some(p) = policy {
+            if !p.extra_disallowed.is_empty() || !self.specials.find(text, p).is_empty() {
+                return self.encode(text, p);
             }
         }
-        let encoded = batch::map(&work, threads, |&(_, t, ordinary)| match (ordinary, policy) {
-            (false, Some(p)) => self.encode(t, p),
-            _ => self.encode_ordinary(t),
-        })?;
-        if work.len() == texts.len() {
-            return Ok(encoded);
-        }
-        let mut out: Vec<Vec<Rank>> = Vec::with_capacity(texts.len());
-        for (&(i, _, _), tokens) in work.iter().zip(encoded) {
-            if i == out.len() {
-                out.push(tokens);
-            } else {
-                out[i].extend_from_slice(&tokens);
+        if threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_)) {
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            for cut in cut_points(text, CHUNK) {
+                chunks.push(&text[start..cut]);
+                start = cut;
             }
+            chunks.push(&text[start..]);
+            let parts = batch::map(&chunks, threads, |c| self.encode_ordinary(c))?;
+            return Ok(parts.concat());
         }
-        Ok(out)
+        self.encode_ordinary(text)
     }
 
     /// Tokens of one piece without regex splitting (tiktoken's `encode_single_piece`).

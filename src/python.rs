@@ -123,11 +123,58 @@ fn ids_to_list<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyL
     list_of_ids(py, &mut ints, tokens)
 }
 
-/// Many token lists as a Python list of lists of ints.
-fn ids_to_lists<'py>(py: Python<'py>, batch: &[Vec<Rank>]) -> PyResult<Bound<'py, PyList>> {
-    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    let lists = batch.iter().map(|t| list_of_ids(py, &mut ints, t)).collect::<PyResult<Vec<_>>>()?;
-    PyList::new(py, lists)
+/// Encodes a batch into a Python list of lists of ints. Building the lists needs the GIL,
+/// so it runs on this thread alone; rather than wait for the whole batch and then build
+/// every list, this thread builds each text's list as soon as a worker has encoded it,
+/// while the workers go on with the rest (waiting with the GIL released).
+fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedStr], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
+    let n = texts.len();
+    if n <= 1 || threads.min(batch::available_cores()) <= 1 {
+        // One thread: encode here (this thread's piece cache stays warm across calls).
+        let out = py.detach(|| enc.encode_batch(texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
+        let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, t)).collect::<PyResult<Vec<_>>>()?;
+        return PyList::new(py, lists);
+    }
+    let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
+    let mut failed: Option<(usize, Error)> = None;
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<Rank>, Error>)>();
+    std::thread::scope(|scope| -> PyResult<()> {
+        let workers = scope.spawn(move || {
+            enc.encode_batch_each(texts, policy, threads, |i, r| {
+                let _ = tx.send((i, r)); // the receiver outlives the workers
+            })
+        });
+        let mut rx = rx;
+        loop {
+            // Wait for the next result with the GIL released (other Python threads run).
+            let (back, first) = py.detach(move || {
+                let first = rx.recv();
+                (rx, first)
+            });
+            rx = back;
+            let Ok(first) = first else { break }; // every worker is done
+            let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, result) in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                match result {
+                    Ok(tokens) => lists[i] = Some(list_of_ids(py, &mut ints, &tokens)?),
+                    Err(e) => {
+                        if failed.as_ref().is_none_or(|(j, _)| i < *j) {
+                            failed = Some((i, e));
+                        }
+                    }
+                }
+            }
+        }
+        match workers.join() {
+            Ok(r) => r.map_err(|e| to_py_err(py, e)),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })?;
+    if let Some((_, e)) = failed {
+        return Err(to_py_err(py, e));
+    }
+    PyList::new(py, lists.into_iter().map(|l| l.expect("every text was encoded")))
 }
 
 fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyBytes>> {
@@ -190,15 +237,13 @@ impl PyCoreBPE {
     fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let enc = &self.inner;
-        let out = py.detach(|| enc.encode_batch(&texts, Some(&policy), num_threads)).map_err(|e| to_py_err(py, e))?;
-        ids_to_lists(py, &out)
+        encode_batch_to_lists(py, enc, &texts, Some(&policy), num_threads)
     }
 
     #[pyo3(signature = (texts, num_threads))]
     fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let enc = &self.inner;
-        let out = py.detach(|| enc.encode_batch(&texts, None, num_threads)).map_err(|e| to_py_err(py, e))?;
-        ids_to_lists(py, &out)
+        encode_batch_to_lists(py, enc, &texts, None, num_threads)
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
