@@ -5,7 +5,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::batch;
 use crate::bpe::{self, Scratch};
-use crate::piece_cache::{self, PieceCache};
+use crate::piece_cache::{self, PieceCache, SharedPieces};
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
 use crate::special::{SpecialMatcher, SpecialPolicy};
@@ -15,6 +15,8 @@ pub struct Encoder {
     /// Tags this encoder's entries in the per-thread piece cache.
     owner: u32,
     vocab: Vocab,
+    /// Encoded short pieces, shared by every thread encoding with this encoder.
+    pieces: SharedPieces,
     splitter: Splitter,
     specials: SpecialMatcher,
     pattern: String,
@@ -29,7 +31,7 @@ impl Encoder {
         let splitter = Splitter::new(pattern)?;
         let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
         let vocab = Vocab::new(ranks, special_tokens)?;
-        Ok(Self { owner: piece_cache::new_owner(), vocab, splitter, specials, pattern: pattern.to_string() })
+        Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), splitter, specials, pattern: pattern.to_string() })
     }
 
     pub fn vocab(&self) -> &Vocab {
@@ -65,7 +67,7 @@ impl Encoder {
                 }
             } else if bytes.len() <= INLINE_MAX {
                 let key = inline_key(bytes);
-                if let Some([a, b, c]) = cache.get(self.owner, key) {
+                if let Some([a, b, c]) = self.pieces.get(key) {
                     out.push(a);
                     if b != Rank::MAX {
                         out.push(b);
@@ -75,13 +77,13 @@ impl Encoder {
                     }
                 } else if let Some(id) = self.vocab.rank_inline(key) {
                     out.push(id);
-                    cache.put(self.owner, key, &out[before..]);
+                    self.pieces.put(key, &out[before..]);
                 } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
                     out.extend_from_slice(tokens);
                 } else {
                     bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
                     if out.len() - before <= piece_cache::MAX_TOKENS {
-                        cache.put(self.owner, key, &out[before..]);
+                        self.pieces.put(key, &out[before..]);
                     } else {
                         cache.put_long(self.owner, bytes, &out[before..]);
                     }

@@ -1,21 +1,22 @@
-//! A bounded cache of encoded pieces, one per thread, so that parallel batch encoding
-//! takes no lock. Real text repeats its words: once a piece is encoded, the next occurrence
-//! costs one probe of a table that stays in the CPU's cache instead of a lookup in the
-//! large vocabulary table (and possibly a byte-pair merge).
+//! Bounded caches of encoded pieces. Real text repeats its words: once a piece is encoded,
+//! the next occurrence costs one probe of a small table instead of a lookup in the large
+//! vocabulary table (and possibly a byte-pair merge).
 //!
 //! Two levels, both bounded however much text passes:
-//! * a direct-mapped table for pieces of at most 15 bytes that encode to at most
-//!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot; a few hundred
-//!   KiB per thread, small enough to stay in the CPU's cache);
-//! * an open-addressing table for the other pieces that needed byte-pair merging (long
-//!   words, scripts with multi-byte characters), its keys and tokens stored in two pools
-//!   (no allocation per entry), emptied whenever it holds [`MAX_LONG_ENTRIES`].
-//!
-//! Entries are tied to the encoder that wrote them, so encoders never see each other's
-//! results.
+//! * [`SharedPieces`], one per encoder and shared by every thread that encodes with it: a
+//!   direct-mapped table for pieces of at most 15 bytes that encode to at most
+//!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot). Batch
+//!   workers thus warm one table together instead of each its own. It takes no lock:
+//!   each slot is a small seqlock (a reader that overlaps a write sees a miss, never a
+//!   mix of two entries), and a writer that finds a slot busy skips the write;
+//! * [`PieceCache`], one per thread: an open-addressing table for the other pieces that
+//!   needed byte-pair merging (long words, scripts with multi-byte characters), its keys
+//!   and tokens stored in two pools (no allocation per entry), emptied whenever it holds
+//!   [`MAX_LONG_ENTRIES`]; and the pair memo of byte-pair merging. Its entries are tied to
+//!   the encoder that wrote them, so encoders never see each other's results.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use std::hash::Hasher;
 
@@ -24,20 +25,82 @@ use rustc_hash::FxHasher;
 use crate::bpe::PairMemo;
 use crate::error::Rank;
 
-/// Slots per thread (a power of two).
+/// Slots of the shared first level (a power of two).
 const SLOT_BITS: u32 = 14;
 const SLOTS: usize = 1 << SLOT_BITS;
-/// Pieces encoding to more tokens than this are not cached.
+/// Pieces encoding to more tokens than this are not kept in the first level.
 pub const MAX_TOKENS: usize = 3;
 
-/// One entry: 32 bytes, aligned so that a probe touches one cache line. Unused token
-/// places hold `Rank::MAX`, never a token id (ids are below `u32::MAX`).
-#[derive(Clone, Copy, Default)]
+/// One first-level entry: 32 bytes, aligned so that a probe touches one cache line.
+/// `version` is odd while a writer fills the slot. Unused token places hold `Rank::MAX`,
+/// never a token id (ids are below `u32::MAX`); a zero key matches no piece.
+#[derive(Default)]
 #[repr(C, align(32))]
-struct Slot {
-    key: [u64; 2],
-    tokens: [Rank; MAX_TOKENS],
-    owner: u32,
+struct SharedSlot {
+    version: AtomicU32,
+    tokens: [AtomicU32; MAX_TOKENS],
+    key: [AtomicU64; 2],
+}
+
+/// The first level (see the module documentation).
+pub struct SharedPieces {
+    slots: Box<[SharedSlot]>,
+}
+
+impl Default for SharedPieces {
+    fn default() -> Self {
+        Self { slots: (0..SLOTS).map(|_| SharedSlot::default()).collect() }
+    }
+}
+
+impl SharedPieces {
+    #[inline(always)]
+    fn index(key: u128) -> usize {
+        // Fibonacci hashing of the folded key.
+        let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - SLOT_BITS)) as usize
+    }
+
+    #[inline(always)]
+    fn slot(&self, key: u128) -> &SharedSlot {
+        &self.slots[Self::index(key)]
+    }
+
+    /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
+    /// `key`, padded with `Rank::MAX`.
+    #[inline(always)]
+    pub fn get(&self, key: u128) -> Option<[Rank; MAX_TOKENS]> {
+        let s = self.slot(key);
+        let before = s.version.load(Ordering::Acquire);
+        if s.key[0].load(Ordering::Relaxed) != key as u64 || s.key[1].load(Ordering::Relaxed) != (key >> 64) as u64 {
+            return None;
+        }
+        let tokens = [s.tokens[0].load(Ordering::Relaxed), s.tokens[1].load(Ordering::Relaxed), s.tokens[2].load(Ordering::Relaxed)];
+        fence(Ordering::Acquire);
+        let after = s.version.load(Ordering::Relaxed);
+        (before == after && before & 1 == 0).then_some(tokens)
+    }
+
+    /// Caches the tokens of a piece (nothing if there are more than [`MAX_TOKENS`], or if
+    /// another thread is writing the slot just now).
+    #[inline(always)]
+    pub fn put(&self, key: u128, tokens: &[Rank]) {
+        if tokens.len() > MAX_TOKENS {
+            return;
+        }
+        let s = self.slot(key);
+        let v = s.version.load(Ordering::Relaxed);
+        if v & 1 == 1 || s.version.compare_exchange(v, v.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return;
+        }
+        fence(Ordering::Release);
+        s.key[0].store(key as u64, Ordering::Relaxed);
+        s.key[1].store((key >> 64) as u64, Ordering::Relaxed);
+        for (k, t) in s.tokens.iter().enumerate() {
+            t.store(tokens.get(k).copied().unwrap_or(Rank::MAX), Ordering::Relaxed);
+        }
+        s.version.store(v.wrapping_add(2), Ordering::Release);
+    }
 }
 
 /// Slots of the second level (a power of two), and the entries it holds before it is
@@ -135,10 +198,10 @@ impl LongCache {
     }
 }
 
+/// The per-thread part (see the module documentation).
 pub struct PieceCache {
     /// Pair merges memoized for byte-pair merging (see `bpe::PairMemo`).
     pub pairs: PairMemo,
-    slots: Box<[Slot]>,
     long: LongCache,
 }
 
@@ -155,38 +218,7 @@ thread_local! {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { pairs: PairMemo::default(), slots: vec![Slot::default(); SLOTS].into_boxed_slice(), long: LongCache::new() }
-    }
-
-    #[inline(always)]
-    fn slot(key: u128) -> usize {
-        // Fibonacci hashing of the folded key.
-        let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> (64 - SLOT_BITS)) as usize
-    }
-
-    #[inline(always)]
-    fn split(key: u128) -> [u64; 2] {
-        [key as u64, (key >> 64) as u64]
-    }
-
-    /// The tokens cached for `key` by `owner`, padded with `Rank::MAX`.
-    #[inline(always)]
-    pub fn get(&self, owner: u32, key: u128) -> Option<[Rank; MAX_TOKENS]> {
-        let s = &self.slots[Self::slot(key)];
-        (s.owner == owner && s.key == Self::split(key)).then_some(s.tokens)
-    }
-
-    #[inline(always)]
-    pub fn put(&mut self, owner: u32, key: u128, tokens: &[Rank]) {
-        if tokens.len() > MAX_TOKENS {
-            return;
-        }
-        let s = &mut self.slots[Self::slot(key)];
-        s.key = Self::split(key);
-        s.owner = owner;
-        s.tokens = [Rank::MAX; MAX_TOKENS];
-        s.tokens[..tokens.len()].copy_from_slice(tokens);
+        Self { pairs: PairMemo::default(), long: LongCache::new() }
     }
 
     /// The tokens of a piece that needed merging and does not fit the first level.
@@ -215,17 +247,53 @@ mod tests {
     use crate::vocab::inline_key;
 
     #[test]
-    fn owners_do_not_share_entries_and_long_results_are_skipped() {
-        let mut c = PieceCache::new();
+    fn first_level_keeps_short_results_only() {
+        let c = SharedPieces::default();
         let k = inline_key(b"hello");
-        c.put(1, k, &[7, 8]);
-        assert_eq!(c.get(1, k), Some([7, 8, Rank::MAX]));
-        assert_eq!(c.get(2, k), None);
-        assert_eq!(c.get(1, inline_key(b"hellp")), None);
-        c.put(1, k, &[1, 2, 3, 4]);
-        assert_eq!(c.get(1, k), Some([7, 8, Rank::MAX]));
-        c.put(1, k, &[9]);
-        assert_eq!(c.get(1, k), Some([9, Rank::MAX, Rank::MAX]));
+        assert_eq!(c.get(k), None);
+        c.put(k, &[7, 8]);
+        assert_eq!(c.get(k), Some([7, 8, Rank::MAX]));
+        assert_eq!(c.get(inline_key(b"hellp")), None);
+        c.put(k, &[1, 2, 3, 4]);
+        assert_eq!(c.get(k), Some([7, 8, Rank::MAX]));
+        c.put(k, &[9]);
+        assert_eq!(c.get(k), Some([9, Rank::MAX, Rank::MAX]));
+    }
+
+    #[test]
+    fn first_level_never_mixes_entries_under_concurrent_writes() {
+        // Pieces whose tokens are a function of the key, all hashing to one slot; several
+        // threads write and read it at once. A read returns the right tokens or a miss.
+        let c = SharedPieces::default();
+        let all: Vec<u128> = (0..200_000u32).map(|i| inline_key(format!("w{i}").as_bytes())).collect();
+        let target = SharedPieces::index(all[0]);
+        let keys: Vec<u128> = all.into_iter().filter(|&k| SharedPieces::index(k) == target).take(8).collect();
+        assert!(keys.len() >= 4);
+        let hits = AtomicU64::new(0);
+        let tokens = |i: usize| [i as Rank, 1000 + i as Rank, 2000 + i as Rank];
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (c, keys, hits) = (&c, &keys, &hits);
+                s.spawn(move || {
+                    for round in 0..50_000 {
+                        let i = (round * 7 + t * 13) % keys.len();
+                        c.put(keys[i], &tokens(i));
+                        for (j, &k) in keys.iter().enumerate() {
+                            if let Some(got) = c.get(k) {
+                                assert_eq!(got, tokens(j));
+                                hits.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert!(hits.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn owners_do_not_share_long_entries() {
+        let mut c = PieceCache::new();
         c.put_long(1, b"a long piece of text", &[1, 2, 3, 4]);
         assert_eq!(c.get_long(1, b"a long piece of text"), Some(&[1, 2, 3, 4][..]));
         assert_eq!(c.get_long(2, b"a long piece of text"), None);
