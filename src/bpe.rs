@@ -13,6 +13,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
+use crate::bpe_runs;
 use crate::error::{Error, Rank, Result};
 use crate::vocab::Vocab;
 
@@ -44,6 +45,9 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
         n if n < LONG_PIECE => merge_short(vocab, piece, out, memo),
         _ => {
             let mut memo = memo;
+            if bpe_runs::merge_runs(vocab, piece, out, memo.as_deref_mut())? {
+                return Ok(());
+            }
             if !merge_by_rank_buckets(vocab, piece, out, s, memo.as_deref_mut())? {
                 merge_long(vocab, piece, out, s, memo)?;
             }
@@ -180,7 +184,7 @@ impl PairMemo {
 
     /// The rank of merging tokens `l` and `r`, from the memo or else from `lookup`.
     #[inline(always)]
-    fn rank(&mut self, l: Rank, r: Rank, lookup: impl FnOnce() -> Rank) -> Rank {
+    pub(crate) fn rank(&mut self, l: Rank, r: Rank, lookup: impl FnOnce() -> Rank) -> Rank {
         let key = ((l as u64) << 32) | r as u64;
         if let Some(v) = self.get(key) {
             return v;

@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod bpe;
+pub mod bpe_runs;
 pub mod char_classes;
 pub mod encoder;
 pub mod error;

@@ -26,6 +26,12 @@ def _cases() -> dict:
         "no whitespace": "".join(rng.choice("abcdefghij.,;:!?-()") for _ in range(N)),
         "one CJK char": "中" * (N // 3),
         "combining marks": "e" + "\u0301" * (N // 2),
+        "one letter, odd length": "z" * (N + 7),
+        "equals signs": "=" * (N + 1),
+        "dashes then equals": "-" * (N // 2) + "=" * (N // 2 + 3),
+        "tabs": "\t" * N,
+        "three letter runs": "a" * (N // 3) + "b" * (N // 3) + "a" * (N // 3 + 1),
+        "short runs then a long one": "ab" * 20 + "a" * N,
     }
 
 
@@ -46,3 +52,15 @@ def test_megabyte_of_spaces_with_o200k_does_not_fail(get_pair) -> None:
     assert tm.decode(ids) == text
     # Every token but the last is a run of spaces of the vocabulary's longest kind.
     assert len(set(ids[:-1])) == 1
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "cl100k_base", "o200k_base"])
+def test_pieces_of_few_long_runs_match_tiktoken(get_pair, name: str) -> None:
+    # Long pieces made of a few runs of repeated characters (merged run by run), with run
+    # lengths around powers of two, where the merge levels change.
+    tm, tt = get_pair(name)
+    rng = random.Random(11)
+    for _ in range(40):
+        alphabet = rng.choice(["ab", "xyz", "=-", "*#", "  \t", "aA", "é", "é中"])
+        text = "".join(rng.choice(alphabet) * (rng.choice([1, 2, 3, 127, 128, 129, 255, 256, 1000]) + rng.randrange(3)) for _ in range(rng.randrange(1, 6)))
+        assert tm.encode_ordinary(text) == tt.encode_ordinary(text), repr(text[:80])
