@@ -60,10 +60,14 @@ impl Encoder {
         self.splitter.for_each_piece(text, |piece| {
             let bytes = piece.as_bytes();
             let before = out.len();
-            if bytes.len() == 1 {
-                match self.vocab.rank(bytes) {
-                    Some(id) => out.push(id),
-                    None => bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?,
+            if bytes.len() <= 2 {
+                // One token, or two bytes that are no token: their two tokens. The dense
+                // tables answer both without the piece cache.
+                let whole = if bytes.len() == 2 { self.vocab.pair_rank(bytes[0], bytes[1]) } else { self.vocab.byte_rank(bytes[0]) };
+                if whole != Rank::MAX {
+                    out.push(whole);
+                } else {
+                    bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
                 }
             } else if bytes.len() <= INLINE_MAX {
                 let key = inline_key(bytes);
@@ -78,7 +82,8 @@ impl Encoder {
                 } else if let Some(id) = self.vocab.rank_inline(key) {
                     out.push(id);
                     self.pieces.put(key, &out[before..]);
-                } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
+                } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
+                    // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
                     out.extend_from_slice(tokens);
                 } else {
                     bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
