@@ -368,28 +368,24 @@ impl Scanner {
     }
 
     fn o200k(&self, b: &[u8], i: usize) -> usize {
-        let n = b.len();
+        const LETTERISH: u8 = UPPERISH | LOWERISH;
+        // The commonest start, an ASCII lower-case letter: no prefix, no upper-case run, so
+        // the first alternative is the lower-case run.
+        if b[i].is_ascii_lowercase() {
+            return self.o200k_contraction(b, self.run(b, i + 1, LOWERISH));
+        }
+        // Next commonest: an ASCII prefix (a space, punctuation) then a lower-case letter.
+        if b[i] < 0x80 && !b[i].is_ascii_alphanumeric() && b[i] != b'\r' && b[i] != b'\n' && b.get(i + 1).is_some_and(u8::is_ascii_lowercase) {
+            return self.o200k_contraction(b, self.run(b, i + 2, LOWERISH));
+        }
         let (f, c, l) = self.at(b, i);
         let prefixable = f & (NEWLINE | LETTER | NUMBER) == 0;
-        // [^\r\n\p{L}\p{N}]?[upper]*[lower]+(contraction)?  — with, then without, the prefix
-        if prefixable && i + l < n {
-            if let Some(e) = self.upper_then_lower(b, i + l) {
-                return self.o200k_contraction(b, e);
+        // The two letter alternatives need a letter or mark here, or after a prefix.
+        let letters_ahead = f & LETTERISH != 0 || (prefixable && self.flags_at(b, i + l) & LETTERISH != 0);
+        if letters_ahead {
+            if let Some(e) = self.o200k_words(b, i, l, prefixable) {
+                return e;
             }
-        }
-        if let Some(e) = self.upper_then_lower(b, i) {
-            return self.o200k_contraction(b, e);
-        }
-        // [^\r\n\p{L}\p{N}]?[upper]+[lower]*(contraction)?
-        if prefixable {
-            let u = self.run(b, i + l, UPPERISH);
-            if u > i + l {
-                return self.o200k_contraction(b, self.run(b, u, LOWERISH));
-            }
-        }
-        let u = self.run(b, i, UPPERISH);
-        if u > i {
-            return self.o200k_contraction(b, self.run(b, u, LOWERISH));
         }
         // \p{N}{1,3}
         if f & NUMBER != 0 {
@@ -405,6 +401,34 @@ impl Scanner {
             return e;
         }
         Self::space_tail(b, i, l, end)
+    }
+
+    /// o200k's two letter alternatives at `i` (whose character is `l` bytes long), in
+    /// order, each with then without its optional prefix.
+    #[inline(always)]
+    fn o200k_words(&self, b: &[u8], i: usize, l: usize, prefixable: bool) -> Option<usize> {
+        let n = b.len();
+        // [^\r\n\p{L}\p{N}]?[upper]*[lower]+(contraction)?  — with, then without, the prefix
+        if prefixable && i + l < n {
+            if let Some(e) = self.upper_then_lower(b, i + l) {
+                return Some(self.o200k_contraction(b, e));
+            }
+        }
+        if let Some(e) = self.upper_then_lower(b, i) {
+            return Some(self.o200k_contraction(b, e));
+        }
+        // [^\r\n\p{L}\p{N}]?[upper]+[lower]*(contraction)?
+        if prefixable {
+            let u = self.run(b, i + l, UPPERISH);
+            if u > i + l {
+                return Some(self.o200k_contraction(b, self.run(b, u, LOWERISH)));
+            }
+        }
+        let u = self.run(b, i, UPPERISH);
+        if u > i {
+            return Some(self.o200k_contraction(b, self.run(b, u, LOWERISH)));
+        }
+        None
     }
 }
 
