@@ -94,6 +94,11 @@ pub struct Scanner {
 }
 
 impl Scanner {
+    /// The exact pattern strings that have a scanner.
+    pub fn known_patterns() -> impl Iterator<Item = &'static str> {
+        KNOWN.iter().map(|&(p, _)| p)
+    }
+
     /// The scanner reproducing `pattern`, if it is one of the standard patterns.
     pub fn for_pattern(pattern: &str) -> Option<Self> {
         KNOWN.iter().find(|(p, _)| *p == pattern).map(|&(_, family)| Self::new(family))
