@@ -10,6 +10,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
 
@@ -35,7 +36,7 @@ pub struct Scratch {
 /// Appends the tokens of `piece` to `out`. The caller has already checked that `piece`
 /// is not itself a token; this function is still correct if it is.
 #[inline]
-pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<()> {
+pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
     match piece.len() {
         0 => Ok(()),
         1 => {
@@ -44,11 +45,10 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
         }
         n if n < LONG_PIECE => merge_short(vocab, piece, out, memo),
         _ => {
-            let mut memo = memo;
-            if bpe_runs::merge_runs(vocab, piece, out, memo.as_deref_mut())? {
+            if bpe_runs::merge_runs(vocab, piece, out, memo)? {
                 return Ok(());
             }
-            if !merge_by_rank_buckets(vocab, piece, out, s, memo.as_deref_mut())? {
+            if !merge_by_rank_buckets(vocab, piece, out, s, memo)? {
                 merge_long(vocab, piece, out, s, memo)?;
             }
             Ok(())
@@ -64,7 +64,7 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 /// Pieces of 2..[`LONG_PIECE`] bytes: quadratic in the worst case but with tiny
 /// constants. The parts live in arrays on the stack, sized for the piece (most pieces are a
 /// few bytes): their start offsets, token ids, and the rank of merging each with the next.
-pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo: Option<&mut PairMemo>) -> Result<()> {
+pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo: Option<&PairMemo>) -> Result<()> {
     debug_assert!((2..LONG_PIECE).contains(&piece.len()));
     if piece.len() <= 16 {
         merge_in_arrays::<16>(vocab, piece, out, memo)
@@ -74,7 +74,7 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo
 }
 
 #[inline(always)]
-fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, mut memo: Option<&mut PairMemo>) -> Result<()> {
+fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo: Option<&PairMemo>) -> Result<()> {
     let n = piece.len();
     let mut start = [0u32; N];
     let mut ids = [Rank::MAX; N];
@@ -91,14 +91,14 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     // Rank of merging part k with part k + 1 (bytes `start[k]..start[k + 2]`). Parts are
     // tokens, so the answer depends only on their two ids: a memo keyed by the ids spares
     // most lookups in the (large, cache-unfriendly) vocabulary table.
-    let mut pair = |start: &[u32; N], ids: &[Rank; N], m: usize, k: usize| -> Rank {
+    let pair = |start: &[u32; N], ids: &[Rank; N], m: usize, k: usize| -> Rank {
         if k + 1 >= m {
             return Rank::MAX;
         }
         let end = if k + 2 < m { start[k + 2] as usize } else { n };
         let bytes = &piece[start[k] as usize..end];
         let (l, r) = (ids[k], ids[k + 1]);
-        match memo.as_deref_mut() {
+        match memo {
             Some(memo) if l != Rank::MAX && r != Rank::MAX => memo.rank(l, r, || rank_of(vocab, bytes)),
             _ => rank_of(vocab, bytes),
         }
@@ -143,54 +143,47 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     Ok(())
 }
 
-/// A per-thread memo of pair merges: `(left id, right id)` → the rank of their
-/// concatenation, or `Rank::MAX` when it is no token. Direct-mapped and bounded; each
-/// entry is tagged with the encoder that wrote it.
+/// A memo of pair merges: `(left id, right id)` → the rank of their concatenation, or
+/// "no token". One per encoder, shared by all its threads without a lock: an entry is a
+/// single 64-bit word (a valid bit, the rank in 18 bits with all ones for "no token", the
+/// two ids in 18 bits each), so a reader sees a whole entry or none, never a torn one, and
+/// any entry it sees is true (ranks never change). Direct-mapped and bounded (512 KiB). Ids
+/// of 2^18 - 1 or more (no standard vocabulary has them) are not memoized.
 pub struct PairMemo {
-    owner: u32,
-    /// (key, rank, owner); owner 0 marks an empty slot.
-    slots: Box<[(u64, Rank, u32)]>,
+    slots: Box<[AtomicU64]>,
 }
 
 const MEMO_BITS: u32 = 16;
+const MEMO_ID_BITS: u32 = 18;
+const MEMO_ID_MASK: u64 = (1 << MEMO_ID_BITS) - 1;
+const MEMO_VALID: u64 = 1 << 63;
 
 impl Default for PairMemo {
     fn default() -> Self {
-        Self { owner: 0, slots: vec![(0, 0, 0); 1 << MEMO_BITS].into_boxed_slice() }
+        Self { slots: (0..1 << MEMO_BITS).map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
 impl PairMemo {
-    /// Makes the memo serve encoder `owner` (entries of other encoders are ignored).
-    pub fn claim(&mut self, owner: u32) {
-        self.owner = owner;
-    }
-
-    #[inline(always)]
-    fn slot(key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize
-    }
-
-    #[inline(always)]
-    fn get(&self, key: u64) -> Option<Rank> {
-        let (k, v, o) = self.slots[Self::slot(key)];
-        (k == key && o == self.owner && o != 0).then_some(v)
-    }
-
-    #[inline(always)]
-    fn put(&mut self, key: u64, rank: Rank) {
-        self.slots[Self::slot(key)] = (key, rank, self.owner);
-    }
-
     /// The rank of merging tokens `l` and `r`, from the memo or else from `lookup`.
     #[inline(always)]
-    pub(crate) fn rank(&mut self, l: Rank, r: Rank, lookup: impl FnOnce() -> Rank) -> Rank {
-        let key = ((l as u64) << 32) | r as u64;
-        if let Some(v) = self.get(key) {
-            return v;
+    pub(crate) fn rank(&self, l: Rank, r: Rank, lookup: impl FnOnce() -> Rank) -> Rank {
+        let (l, r) = (l as u64, r as u64);
+        if l >= MEMO_ID_MASK || r >= MEMO_ID_MASK {
+            return lookup();
+        }
+        let key = l | r << MEMO_ID_BITS;
+        let slot = &self.slots[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize];
+        let e = slot.load(Ordering::Relaxed);
+        if e & MEMO_VALID != 0 && e & (MEMO_ID_MASK << MEMO_ID_BITS | MEMO_ID_MASK) == key {
+            let rank = e >> (2 * MEMO_ID_BITS) & MEMO_ID_MASK;
+            return if rank == MEMO_ID_MASK { Rank::MAX } else { rank as Rank };
         }
         let v = lookup();
-        self.put(key, v);
+        if v == Rank::MAX || (v as u64) < MEMO_ID_MASK {
+            let rank = if v == Rank::MAX { MEMO_ID_MASK } else { v as u64 };
+            slot.store(MEMO_VALID | rank << (2 * MEMO_ID_BITS) | key, Ordering::Relaxed);
+        }
         v
     }
 }
@@ -216,12 +209,12 @@ struct Parts<'a, 'm> {
     /// `ids[i]`: the token id of the part starting at node `i` (`Rank::MAX` for a byte the
     /// vocabulary lacks).
     ids: &'a mut Vec<Rank>,
-    memo: Option<&'m mut PairMemo>,
+    memo: Option<&'m PairMemo>,
 }
 
 impl<'a, 'm> Parts<'a, 'm> {
     /// One part per byte.
-    fn new(vocab: &'a Vocab, piece: &'a [u8], s: PartsScratch<'a>, memo: Option<&'m mut PairMemo>) -> Self {
+    fn new(vocab: &'a Vocab, piece: &'a [u8], s: PartsScratch<'a>, memo: Option<&'m PairMemo>) -> Self {
         let PartsScratch { next, prev, rank, ids } = s;
         let n = piece.len();
         next.clear();
@@ -253,7 +246,7 @@ impl<'a, 'm> Parts<'a, 'm> {
         }
         let (l, r) = (self.ids[i as usize], self.ids[j as usize]);
         let bytes = &self.piece[i as usize..self.end(j)];
-        match self.memo.as_deref_mut() {
+        match self.memo {
             Some(memo) if l != Rank::MAX && r != Rank::MAX => memo.rank(l, r, || rank_of(self.vocab, bytes)),
             _ => rank_of(self.vocab, bytes),
         }
@@ -380,7 +373,7 @@ impl Buckets {
 /// creates a pair ranked *below* the bucket being swept, the order would need to go back:
 /// the function gives up and returns `Ok(false)` with `out` untouched, and the caller uses
 /// the heap.
-pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<bool> {
+pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<bool> {
     let Scratch { next, prev, pair_rank, ids, buckets, sweep, .. } = s;
     buckets.clear();
     let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);
@@ -415,7 +408,7 @@ pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<R
 
 /// O(n log n) always: a min-heap holds (rank, position) candidates and stale entries are
 /// skipped when popped.
-pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&mut PairMemo>) -> Result<()> {
+pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
     let Scratch { next, prev, pair_rank, ids, heap, .. } = s;
     heap.clear();
     let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);
@@ -498,8 +491,7 @@ mod tests {
         let mut rng = Rng(0x9E3779B97F4A7C15);
         for round in 0..20 {
             let vocab = toy_vocab(&mut rng);
-            let mut memo = PairMemo::default();
-            memo.claim(round + 1);
+            let memo = PairMemo::default();
             let alphabet = b"aab cx";
             for _ in 0..200 {
                 let len = 1 + rng.below(if round % 2 == 0 { 40 } else { 400 }) as usize;
@@ -511,18 +503,18 @@ mod tests {
                     merge_short(&vocab, &piece, &mut a, None).unwrap();
                     assert_eq!(a, want, "short path on {:?}", String::from_utf8_lossy(&piece));
                     let mut a2 = Vec::new();
-                    merge_short(&vocab, &piece, &mut a2, Some(&mut memo)).unwrap();
+                    merge_short(&vocab, &piece, &mut a2, Some(&memo)).unwrap();
                     assert_eq!(a2, want, "short path with memo on {:?}", String::from_utf8_lossy(&piece));
                 }
                 let mut b = Vec::new();
                 merge_long(&vocab, &piece, &mut b, &mut s, None).unwrap();
                 assert_eq!(b, want, "long path on {:?}", String::from_utf8_lossy(&piece));
                 let mut b2 = Vec::new();
-                merge_long(&vocab, &piece, &mut b2, &mut s, Some(&mut memo)).unwrap();
+                merge_long(&vocab, &piece, &mut b2, &mut s, Some(&memo)).unwrap();
                 assert_eq!(b2, want, "long path with memo on {:?}", String::from_utf8_lossy(&piece));
                 for with_memo in [false, true] {
                     let mut d = Vec::new();
-                    let m = if with_memo { Some(&mut memo) } else { None };
+                    let m = if with_memo { Some(&memo) } else { None };
                     if merge_by_rank_buckets(&vocab, &piece, &mut d, &mut s, m).unwrap() {
                         assert_eq!(d, want, "bucket path on {:?}", String::from_utf8_lossy(&piece));
                     } else {
@@ -552,6 +544,27 @@ mod tests {
             encode_piece(&vocab, &piece, &mut out, &mut s, None).unwrap();
             assert_eq!(out, reference(&vocab, &piece), "n = {n}");
         }
+    }
+
+    #[test]
+    fn pair_memo_remembers_ranks_and_misses_and_passes_large_ids_through() {
+        let memo = PairMemo::default();
+        let calls = std::cell::Cell::new(0);
+        let look = |v: Rank| {
+            calls.set(calls.get() + 1);
+            v
+        };
+        assert_eq!(memo.rank(1, 2, || look(300)), 300);
+        assert_eq!(memo.rank(1, 2, || look(999)), 300); // remembered
+        assert_eq!(memo.rank(2, 1, || look(Rank::MAX)), Rank::MAX);
+        assert_eq!(memo.rank(2, 1, || look(5)), Rank::MAX); // "no token" remembered too
+        assert_eq!(calls.get(), 2);
+        let big = (1 << 18) - 1;
+        assert_eq!(memo.rank(big, 2, || look(7)), 7);
+        assert_eq!(memo.rank(big, 2, || look(8)), 8); // not memoized
+        assert_eq!(memo.rank(3, 4, || look(big)), big);
+        assert_eq!(memo.rank(3, 4, || look(9)), 9); // a rank too large is not memoized either
+        assert_eq!(calls.get(), 6);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::batch;
-use crate::bpe::{self, Scratch};
+use crate::bpe::{self, PairMemo, Scratch};
 use crate::piece_cache::{self, PieceCache, SharedPieces};
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
@@ -17,6 +17,8 @@ pub struct Encoder {
     vocab: Vocab,
     /// Encoded short pieces, shared by every thread encoding with this encoder.
     pieces: SharedPieces,
+    /// Pair merges, shared likewise.
+    pairs: PairMemo,
     splitter: Splitter,
     specials: SpecialMatcher,
     pattern: String,
@@ -31,7 +33,7 @@ impl Encoder {
         let splitter = Splitter::new(pattern)?;
         let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
         let vocab = Vocab::new(ranks, special_tokens)?;
-        Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), splitter, specials, pattern: pattern.to_string() })
+        Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), pairs: PairMemo::default(), splitter, specials, pattern: pattern.to_string() })
     }
 
     pub fn vocab(&self) -> &Vocab {
@@ -50,7 +52,6 @@ impl Encoder {
     /// tokens the last piece produced (needed by the unstable-token logic).
     pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
         PieceCache::with(|cache| {
-            cache.pairs.claim(self.owner);
             self.encode_pieces(text, out, scratch, cache)
         })
     }
@@ -86,7 +87,7 @@ impl Encoder {
                     // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
                     out.extend_from_slice(tokens);
                 } else {
-                    bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
+                    bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
                     if out.len() - before <= piece_cache::MAX_TOKENS {
                         self.pieces.put(key, &out[before..]);
                     } else {
@@ -98,7 +99,7 @@ impl Encoder {
             } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
                 out.extend_from_slice(tokens);
             } else {
-                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&mut cache.pairs))?;
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
                 if bytes.len() < bpe::LONG_PIECE {
                     cache.put_long(self.owner, bytes, &out[before..]);
                 }

@@ -12,7 +12,7 @@
 //! * [`PieceCache`], one per thread: an open-addressing table for the other pieces that
 //!   needed byte-pair merging (long words, scripts with multi-byte characters), its keys
 //!   and tokens stored in two pools (no allocation per entry), emptied whenever it holds
-//!   [`MAX_LONG_ENTRIES`]; and the pair memo of byte-pair merging. Its entries are tied to
+//!   [`MAX_LONG_ENTRIES`]. Its entries are tied to
 //!   the encoder that wrote them, so encoders never see each other's results.
 
 use std::cell::RefCell;
@@ -22,7 +22,6 @@ use std::hash::Hasher;
 
 use rustc_hash::FxHasher;
 
-use crate::bpe::PairMemo;
 use crate::error::Rank;
 
 /// Slots of the shared first level (a power of two).
@@ -200,8 +199,6 @@ impl LongCache {
 
 /// The per-thread part (see the module documentation).
 pub struct PieceCache {
-    /// Pair merges memoized for byte-pair merging (see `bpe::PairMemo`).
-    pub pairs: PairMemo,
     long: LongCache,
 }
 
@@ -218,7 +215,7 @@ thread_local! {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { pairs: PairMemo::default(), long: LongCache::new() }
+        Self { long: LongCache::new() }
     }
 
     /// The tokens of a piece that needed merging and does not fit the first level.
