@@ -3,10 +3,11 @@
 //! one on ties, until no adjacent pair forms a token.
 //!
 //! Three implementations give identical results: a compact scan for short pieces (the
-//! common case, cache friendly); for long pieces (e.g. 1 MB of one repeated letter, where the
-//! scan would be quadratic) a sweep over pairs bucketed by rank, linear in practice; and,
-//! should the sweep meet a vocabulary where a merge creates a lower-ranked pair, a heap over
-//! a linked list, O(n log n) always.
+//! common case, cache friendly); for long pieces (e.g. 1 MB of letters and punctuation,
+//! where the scan would be quadratic) a sweep over pairs bucketed by rank, linear in
+//! practice; and, should the sweep meet a vocabulary where a merge creates a lower-ranked
+//! pair, a heap over a linked list, O(n log n) always. Long pieces made of a few runs of one
+//! repeated byte go to `bpe_runs` first. All of them may consult a [`PairMemo`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
