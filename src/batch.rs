@@ -72,7 +72,7 @@ where
         (0..n).for_each(f);
         return Ok(());
     }
-    pool(threads)?.install(|| (0..n).into_par_iter().for_each(|i| f(i)));
+    pool(threads)?.install(|| (0..n).into_par_iter().for_each(f));
     Ok(())
 }
 

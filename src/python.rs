@@ -159,7 +159,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
                 match result {
                     Ok(tokens) => lists[i] = Some(list_of_ids(py, &mut ints, &tokens)?),
                     Err(e) => {
-                        if failed.as_ref().is_none_or(|(j, _)| i < *j) {
+                        if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
                             failed = Some((i, e));
                         }
                     }

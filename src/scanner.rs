@@ -71,7 +71,7 @@ fn ascii_run(b: &[u8], mut i: usize, lo: u8, hi: u8, fold: u8) -> usize {
     const HIGH: u64 = 0x8080_8080_8080_8080;
     while let Some(chunk) = b.get(i..i + 8) {
         let w = u64::from_le_bytes(chunk.try_into().unwrap());
-        let x = (w | ONES * fold as u64) & !HIGH;
+        let x = (w | (ONES * fold as u64)) & !HIGH;
         let at_least_lo = x.wrapping_add(ONES * (0x80 - lo) as u64);
         let above_hi = x.wrapping_add(ONES * (0x7F - hi) as u64);
         let inside = at_least_lo & !above_hi & !w & HIGH;
