@@ -240,7 +240,7 @@ impl<'a, 'm> Parts<'a, 'm> {
 
     /// Rank of merging node `i` with its successor, in the current list.
     #[inline]
-    fn pair(&mut self, i: u32) -> Rank {
+    fn pair(&self, i: u32) -> Rank {
         let j = self.next[i as usize];
         if j == NONE {
             return Rank::MAX;

@@ -120,7 +120,8 @@ struct LongSlot {
     tokens_len: u8,
 }
 
-struct LongCache {
+/// The per-thread second level (see the module documentation).
+pub struct PieceCache {
     owner: u32,
     slots: Box<[LongSlot]>,
     keys: Vec<u8>,
@@ -128,7 +129,7 @@ struct LongCache {
     len: usize,
 }
 
-impl LongCache {
+impl PieceCache {
     fn new() -> Self {
         Self { owner: 0, slots: Box::default(), keys: Vec::new(), tokens: Vec::new(), len: 0 }
     }
@@ -140,8 +141,9 @@ impl LongCache {
         (h.finish() >> 32) as u32 | 1
     }
 
+    /// The tokens of a piece that needed merging and does not fit the first level.
     #[inline]
-    fn get(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
+    pub fn get_long(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
         if self.owner != owner || self.slots.is_empty() {
             return None;
         }
@@ -164,7 +166,7 @@ impl LongCache {
         }
     }
 
-    fn put(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
+    pub fn put_long(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
         if piece.len() > MAX_LONG_KEY || tokens.len() > MAX_LONG_KEY {
             return;
         }
@@ -195,11 +197,15 @@ impl LongCache {
         self.tokens.extend_from_slice(tokens);
         self.len += 1;
     }
-}
 
-/// The per-thread part (see the module documentation).
-pub struct PieceCache {
-    long: LongCache,
+    /// Runs `f` with this thread's cache (created on first use). A re-entrant call gets a
+    /// temporary cache instead of failing.
+    pub fn with<R>(f: impl FnOnce(&mut PieceCache) -> R) -> R {
+        CACHE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut guard) => f(guard.get_or_insert_with(PieceCache::new)),
+            Err(_) => f(&mut PieceCache::new()),
+        })
+    }
 }
 
 static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
@@ -213,30 +219,6 @@ thread_local! {
     static CACHE: RefCell<Option<PieceCache>> = const { RefCell::new(None) };
 }
 
-impl PieceCache {
-    fn new() -> Self {
-        Self { long: LongCache::new() }
-    }
-
-    /// The tokens of a piece that needed merging and does not fit the first level.
-    #[inline]
-    pub fn get_long(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
-        self.long.get(owner, piece)
-    }
-
-    pub fn put_long(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
-        self.long.put(owner, piece, tokens);
-    }
-
-    /// Runs `f` with this thread's cache (created on first use). A re-entrant call gets a
-    /// temporary cache instead of failing.
-    pub fn with<R>(f: impl FnOnce(&mut PieceCache) -> R) -> R {
-        CACHE.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut guard) => f(guard.get_or_insert_with(PieceCache::new)),
-            Err(_) => f(&mut PieceCache::new()),
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -306,7 +288,7 @@ mod tests {
         let n = 2 * MAX_LONG_ENTRIES + 5;
         for i in 0..n {
             c.put_long(1, &key(i), &[i as Rank, 7, 8, 9]);
-            assert!(c.long.len <= MAX_LONG_ENTRIES);
+            assert!(c.len <= MAX_LONG_ENTRIES);
             assert_eq!(c.get_long(1, &key(i)), Some(&[i as Rank, 7, 8, 9][..]));
         }
         // Emptied when full: what came after the last emptying is there, nothing before.
@@ -314,7 +296,7 @@ mod tests {
             assert_eq!(c.get_long(1, &key(i)), Some(&[i as Rank, 7, 8, 9][..]));
         }
         assert_eq!(c.get_long(1, &key(n - 6)), None);
-        assert!(c.long.keys.len() < MAX_LONG_ENTRIES * 32);
+        assert!(c.keys.len() < MAX_LONG_ENTRIES * 32);
         c.put_long(1, &[b'x'; MAX_LONG_KEY + 1], &[1, 2, 3, 4]);
         assert_eq!(c.get_long(1, &[b'x'; MAX_LONG_KEY + 1]), None);
     }
