@@ -173,12 +173,15 @@ impl Encoder {
     /// One text of a batch: its special tokens looked for here (on the worker, not before
     /// the batch starts), and a long text cut into chunks encoded in parallel.
     fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Rank>> {
+        let cut = threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
         if let Some(p) = policy {
-            if !p.extra_disallowed.is_empty() || !self.specials.find(text, p).is_empty() {
+            // Only a text that may be cut needs its special tokens looked for here first;
+            // `encode` looks for them itself.
+            if !cut || !p.extra_disallowed.is_empty() || !self.specials.find(text, p).is_empty() {
                 return self.encode(text, p);
             }
         }
-        if threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_)) {
+        if cut {
             let mut chunks = Vec::new();
             let mut start = 0;
             for cut in cut_points(text, CHUNK) {
