@@ -794,23 +794,21 @@ def main() -> int:
         runner = Runner(env, args.repeat, args.timeout, tmp, total_runs)
         for name in encodings:
             base = {"encoding": name, "vocab_file": vocab_files[name], "threads": threads}
-            single: Dict[Tuple[str, str], Optional[dict]] = {}
-            for r in regimes:
-                for lib in libs:
-                    spec = dict(base, lib=lib, mode="single", docs=doc_files[r], bytes=nbytes[r])
-                    single[lib, r] = runner.measure(spec, f"{name} {r} {LIBRARIES[lib][2]}")
-            batch: Dict[Tuple[str, str], Optional[dict]] = {}
-            for r in regimes:
-                for lib in BATCH_LIBS:
-                    if lib in libs:
-                        spec = dict(base, lib=lib, mode="batch", docs=doc_files[r], bytes=nbytes[r])
-                        batch[lib, r] = runner.measure(spec, f"{name} {r} {LIBRARIES[lib][2]} batch")
-            worst: Dict[Tuple[str, str], Optional[dict]] = {}
-            for case in WORST_CASES:
-                for lib in WORST_LIBS:
-                    if lib in libs:
-                        spec = dict(base, lib=lib, mode="worst", docs=doc_files[case], bytes=worst_bytes)
-                        worst[lib, case] = runner.measure(spec, f"{name} worst {case} {LIBRARIES[lib][2]}")
+
+            def measure_all(
+                mode: str, cases, mode_libs, size: Callable[[str], int], label: str
+            ) -> Dict[Tuple[str, str], Optional[dict]]:
+                """One measurement per (library in both mode_libs and libs, case), keyed so."""
+                got: Dict[Tuple[str, str], Optional[dict]] = {}
+                for case in cases:
+                    for lib in (lib for lib in mode_libs if lib in libs):
+                        spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
+                        got[lib, case] = runner.measure(spec, label.format(name=name, case=case, lib=LIBRARIES[lib][2]))
+                return got
+
+            single = measure_all("single", regimes, libs, nbytes.__getitem__, "{name} {case} {lib}")
+            batch = measure_all("batch", regimes, BATCH_LIBS, nbytes.__getitem__, "{name} {case} {lib} batch")
+            worst = measure_all("worst", WORST_CASES, WORST_LIBS, lambda _: worst_bytes, "{name} worst {case} {lib}")
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
             if batch:
