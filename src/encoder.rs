@@ -72,7 +72,14 @@ impl Encoder {
                 }
             } else if bytes.len() <= INLINE_MAX {
                 let key = inline_key(bytes);
-                if let Some([a, b, c]) = self.pieces.get(key) {
+                if !cache.usage.caching() {
+                    if let Some(id) = self.vocab.rank_inline(key) {
+                        out.push(id);
+                    } else {
+                        bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+                    }
+                } else if let Some([a, b, c]) = self.pieces.get(key) {
+                    cache.usage.record(true);
                     out.push(a);
                     if b != Rank::MAX {
                         out.push(b);
@@ -81,12 +88,15 @@ impl Encoder {
                         }
                     }
                 } else if let Some(id) = self.vocab.rank_inline(key) {
+                    cache.usage.record(false);
                     out.push(id);
                     self.pieces.put(key, &out[before..]);
                 } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
                     // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
                     out.extend_from_slice(tokens);
+                    cache.usage.record(true);
                 } else {
+                    cache.usage.record(false);
                     bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
                     if out.len() - before <= piece_cache::MAX_TOKENS {
                         self.pieces.put(key, &out[before..]);
@@ -96,9 +106,13 @@ impl Encoder {
                 }
             } else if let Some(id) = self.vocab.rank(bytes) {
                 out.push(id);
+            } else if !cache.usage.caching() {
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
             } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
                 out.extend_from_slice(tokens);
+                cache.usage.record(true);
             } else {
+                cache.usage.record(false);
                 bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
                 if bytes.len() < bpe::LONG_PIECE {
                     cache.put_long(self.owner, bytes, &out[before..]);

@@ -14,6 +14,9 @@
 //!   and tokens stored in two pools (no allocation per entry), emptied whenever it holds
 //!   [`MAX_LONG_ENTRIES`]. Its entries are tied to
 //!   the encoder that wrote them, so encoders never see each other's results.
+//!
+//! Each thread also watches how often the caches answer ([`CacheUse`]) and skips both
+//! levels for a while when recent pieces were almost never there (random text).
 
 use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -127,11 +130,59 @@ pub struct PieceCache {
     keys: Vec<u8>,
     tokens: Vec<Rank>,
     len: usize,
+    /// Whether caching pays on the text this thread sees just now.
+    pub usage: CacheUse,
+}
+
+/// Pieces per measuring window of [`CacheUse`], the hits below which caching stops, and
+/// the pieces encoded without the caches before measuring again.
+const USE_WINDOW: u32 = 2048;
+const USE_MIN_HITS: u32 = USE_WINDOW / 10;
+const BYPASS_PIECES: u32 = 32 * USE_WINDOW;
+
+/// Decides whether to use the piece caches. On real text most pieces are found there (85%
+/// of those of 3 to 15 bytes, over a long stream); on text where pieces never repeat
+/// (random characters, hashes, base64) almost none are (3-4%), and then every probe is a
+/// cache miss that buys nothing and every insertion evicts something useful. So hits are
+/// counted over windows of [`USE_WINDOW`] pieces; after a window with under 10% hits the
+/// caches are skipped for the next [`BYPASS_PIECES`] pieces, then measured again. Only
+/// speed depends on this, never the tokens.
+#[derive(Default)]
+pub struct CacheUse {
+    seen: u32,
+    hits: u32,
+    bypass: u32,
+}
+
+impl CacheUse {
+    /// Whether the next piece should go through the caches.
+    #[inline(always)]
+    pub fn caching(&mut self) -> bool {
+        if self.bypass == 0 {
+            return true;
+        }
+        self.bypass -= 1;
+        false
+    }
+
+    /// Counts a piece that went through the caches, found there or not.
+    #[inline(always)]
+    pub fn record(&mut self, hit: bool) {
+        self.hits += hit as u32;
+        self.seen += 1;
+        if self.seen == USE_WINDOW {
+            if self.hits < USE_MIN_HITS {
+                self.bypass = BYPASS_PIECES;
+            }
+            self.seen = 0;
+            self.hits = 0;
+        }
+    }
 }
 
 impl PieceCache {
     fn new() -> Self {
-        Self { owner: 0, slots: Box::default(), keys: Vec::new(), tokens: Vec::new(), len: 0 }
+        Self { owner: 0, slots: Box::default(), keys: Vec::new(), tokens: Vec::new(), len: 0, usage: CacheUse::default() }
     }
 
     #[inline]
@@ -224,6 +275,38 @@ thread_local! {
 mod tests {
     use super::*;
     use crate::vocab::inline_key;
+
+    #[test]
+    fn caching_stops_while_pieces_do_not_repeat_and_resumes_after() {
+        let mut u = CacheUse::default();
+        // Real text: plenty of hits, caching never stops.
+        for i in 0..10 * USE_WINDOW {
+            assert!(u.caching());
+            u.record(i % 3 != 0);
+        }
+        // Pieces that never repeat: after one window, the next BYPASS_PIECES skip the caches.
+        for _ in 0..USE_WINDOW {
+            assert!(u.caching());
+            u.record(false);
+        }
+        for _ in 0..BYPASS_PIECES {
+            assert!(!u.caching());
+        }
+        // Then measured again: hits keep caching on.
+        for _ in 0..3 * USE_WINDOW {
+            assert!(u.caching());
+            u.record(true);
+        }
+        // Just under the threshold stops it; just at it does not.
+        for i in 0..USE_WINDOW {
+            u.record(i < USE_MIN_HITS);
+        }
+        assert!(u.caching());
+        for i in 0..USE_WINDOW {
+            u.record(i < USE_MIN_HITS - 1);
+        }
+        assert!(!u.caching());
+    }
 
     #[test]
     fn first_level_keeps_short_results_only() {

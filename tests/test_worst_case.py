@@ -64,3 +64,24 @@ def test_pieces_of_few_long_runs_match_tiktoken(get_pair, name: str) -> None:
         alphabet = rng.choice(["ab", "xyz", "=-", "*#", "  \t", "aA", "é", "é中"])
         text = "".join(rng.choice(alphabet) * (rng.choice([1, 2, 3, 127, 128, 129, 255, 256, 1000]) + rng.randrange(3)) for _ in range(rng.randrange(1, 6)))
         assert tm.encode_ordinary(text) == tt.encode_ordinary(text), repr(text[:80])
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "cl100k_base", "o200k_base"])
+def test_text_whose_pieces_never_repeat_then_real_text(get_pair, name: str) -> None:
+    # Random characters: almost no piece repeats, so the encoder stops using its piece
+    # caches for a while (a speed decision only). What it encodes meanwhile, and after it
+    # uses them again, must still be tiktoken's ids, in one call or spread over calls.
+    import string
+
+    tm, tt = get_pair(name)
+    rng = random.Random(11)
+    noise = "".join(rng.choice(string.ascii_letters + string.punctuation) for _ in range(60_000))
+    prose = (
+        "The quick brown fox doesn't jump over 1234567 lazy dogs; it's been said they'll "
+        "never learn.\n\tdef encode(self, text: str) -> list[int]:  # 42\n"
+        "Съешь же ещё этих мягких французских булок. 今日は良い天気ですね。 Ünïcödé façade.\n"
+    ) * 40
+    texts = [noise, prose, noise + prose, prose + noise + prose, noise[:7_000] + prose + noise[7_000:]]
+    for text in texts:
+        assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
+    assert tm.encode_ordinary_batch(texts * 3, num_threads=2) == tt.encode_ordinary_batch(texts * 3)
