@@ -34,17 +34,30 @@ pub struct Scratch {
     heap: BinaryHeap<Reverse<(Rank, u32)>>,
 }
 
-/// Appends the tokens of `piece` to `out`. The caller has already checked that `piece`
-/// is not itself a token; this function is still correct if it is.
+/// Appends the tokens of `piece` to `out`, for a piece the caller has found not to be a
+/// token itself (as tiktoken checks before merging). The merge relies on that: once two
+/// parts are left, their concatenation is the whole piece, so it is not looked up.
 #[inline]
 pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
+    debug_assert!(vocab.rank(piece).is_none(), "encode_piece on a piece that is a token");
+    merge_piece_with(vocab, piece, out, s, memo, true)
+}
+
+/// Byte-pair merges a piece that may itself be a token (tiktoken's `byte_pair_encode`, with
+/// no whole-piece lookup first): the result need not be that one token.
+pub fn merge_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
+    merge_piece_with(vocab, piece, out, s, memo, false)
+}
+
+#[inline(always)]
+fn merge_piece_with(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>, not_a_token: bool) -> Result<()> {
     match piece.len() {
         0 => Ok(()),
         1 => {
             out.push(vocab.rank(piece).ok_or_else(|| Error::UnencodableBytes(piece.to_vec()))?);
             Ok(())
         }
-        n if n < LONG_PIECE => merge_short(vocab, piece, out),
+        n if n < LONG_PIECE => merge_short(vocab, piece, out, not_a_token),
         _ => {
             if bpe_runs::merge_runs(vocab, piece, out, memo)? {
                 return Ok(());
@@ -71,17 +84,21 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 /// those), while on text where every piece is new (the memo then mostly misses) the memo
 /// probe was one more cache miss per pair: measured, the memo made random text without
 /// whitespace about 15% slower and real text no faster.
-pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Result<()> {
+///
+/// `not_a_token`: the caller knows the whole piece is no token, so the last pair (two
+/// parts whose concatenation is the piece) is not looked up: one lookup fewer per piece,
+/// and on text whose pieces are all new the lookups are most of the cost.
+pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     debug_assert!((2..LONG_PIECE).contains(&piece.len()));
     if piece.len() <= 16 {
-        merge_in_arrays::<16>(vocab, piece, out)
+        merge_in_arrays::<16>(vocab, piece, out, not_a_token)
     } else {
-        merge_in_arrays::<LONG_PIECE>(vocab, piece, out)
+        merge_in_arrays::<LONG_PIECE>(vocab, piece, out, not_a_token)
     }
 }
 
 #[inline(always)]
-fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Result<()> {
+fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     let n = piece.len();
     let mut start = [0u32; N];
     let mut ids = [Rank::MAX; N];
@@ -97,7 +114,7 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     let mut m = n; // parts
     // Rank of merging part k with part k + 1 (bytes `start[k]..start[k + 2]`).
     let pair = |start: &[u32; N], m: usize, k: usize| -> Rank {
-        if k + 1 >= m {
+        if k + 1 >= m || (m == 2 && not_a_token) {
             return Rank::MAX;
         }
         let end = if k + 2 < m { start[k + 2] as usize } else { n };
@@ -498,10 +515,16 @@ mod tests {
                 let piece: Vec<u8> = (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
                 let want = reference(&vocab, &piece);
                 let mut s = Scratch::default();
+                let is_token = vocab.rank(&piece).is_some();
                 if (2..LONG_PIECE).contains(&piece.len()) {
                     let mut a = Vec::new();
-                    merge_short(&vocab, &piece, &mut a).unwrap();
+                    merge_short(&vocab, &piece, &mut a, false).unwrap();
                     assert_eq!(a, want, "short path on {:?}", String::from_utf8_lossy(&piece));
+                    if !is_token {
+                        let mut a2 = Vec::new();
+                        merge_short(&vocab, &piece, &mut a2, true).unwrap();
+                        assert_eq!(a2, want, "short path, known no token, on {:?}", String::from_utf8_lossy(&piece));
+                    }
                 }
                 let mut b = Vec::new();
                 merge_long(&vocab, &piece, &mut b, &mut s, None).unwrap();
@@ -519,8 +542,13 @@ mod tests {
                     }
                 }
                 let mut c = Vec::new();
-                encode_piece(&vocab, &piece, &mut c, &mut s, None).unwrap();
+                merge_piece(&vocab, &piece, &mut c, &mut s, None).unwrap();
                 assert_eq!(c, want);
+                if !is_token {
+                    let mut c2 = Vec::new();
+                    encode_piece(&vocab, &piece, &mut c2, &mut s, None).unwrap();
+                    assert_eq!(c2, want);
+                }
             }
         }
     }
@@ -538,7 +566,7 @@ mod tests {
             let piece = vec![b'a'; n];
             let mut s = Scratch::default();
             let mut out = Vec::new();
-            encode_piece(&vocab, &piece, &mut out, &mut s, None).unwrap();
+            merge_piece(&vocab, &piece, &mut out, &mut s, None).unwrap();
             assert_eq!(out, reference(&vocab, &piece), "n = {n}");
         }
     }

@@ -220,7 +220,7 @@ impl Encoder {
     /// Byte-pair merge of a piece, without the whole-piece lookup.
     fn merge(&self, piece: &[u8]) -> Result<Vec<Rank>> {
         let mut out = Vec::new();
-        bpe::encode_piece(&self.vocab, piece, &mut out, &mut Scratch::default(), None)?;
+        bpe::merge_piece(&self.vocab, piece, &mut out, &mut Scratch::default(), None)?;
         Ok(out)
     }
 
