@@ -17,7 +17,7 @@ pub struct Encoder {
     vocab: Vocab,
     /// Encoded short pieces, shared by every thread encoding with this encoder.
     pieces: SharedPieces,
-    /// Pair merges, shared likewise.
+    /// Pair merges of long pieces (128 bytes or more), shared likewise.
     pairs: PairMemo,
     splitter: Splitter,
     specials: SpecialMatcher,
@@ -340,7 +340,7 @@ impl Encoder {
     }
 }
 
-/// Texts longer than this are cut into chunks of about [`CHUNK`] bytes for batch encoding.
+/// Texts longer than this are cut into chunks of about `CHUNK` bytes for batch encoding.
 pub const SPLIT_ABOVE: usize = 1 << 19;
 const CHUNK: usize = 1 << 18;
 

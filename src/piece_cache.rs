@@ -144,8 +144,8 @@ const BYPASS_PIECES: u32 = 32 * USE_WINDOW;
 /// of those of 3 to 15 bytes, over a long stream); on text where pieces never repeat
 /// (random characters, hashes, base64) almost none are (3-4%), and then every probe is a
 /// cache miss that buys nothing and every insertion evicts something useful. So hits are
-/// counted over windows of [`USE_WINDOW`] pieces; after a window with under 10% hits the
-/// caches are skipped for the next [`BYPASS_PIECES`] pieces, then measured again. Only
+/// counted over windows of `USE_WINDOW` pieces; after a window with under 10% hits the
+/// caches are skipped for the next `BYPASS_PIECES` pieces, then measured again. Only
 /// speed depends on this, never the tokens.
 #[derive(Default)]
 pub struct CacheUse {

@@ -32,7 +32,7 @@ pub struct Vocab {
     sorted_tokens: OnceLock<Vec<Vec<u8>>>,
 }
 
-/// Longest byte string stored in [`Vocab::short`].
+/// Longest byte string stored in `Vocab::short`.
 pub const INLINE_MAX: usize = 15;
 
 /// Packs a byte string of at most [`INLINE_MAX`] bytes with its length into one key.
