@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Rank, Result};
+use crate::token_table::ShortTokens;
 
 /// Ranks for byte strings plus a flat reverse table (id -> bytes) covering the mergeable
 /// tokens and the special tokens.
@@ -13,7 +14,7 @@ pub struct Vocab {
     ranks: FxHashMap<Vec<u8>, Rank>,
     /// The tokens of at most [`INLINE_MAX`] bytes again, keyed inline (no pointer to chase
     /// on lookup): almost every lookup the encoder makes is for such a short string.
-    short: FxHashMap<u128, Rank>,
+    short: ShortTokens,
     /// The longest mergeable token: a longer string is never a token, without hashing it.
     max_len: usize,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
@@ -121,11 +122,7 @@ impl Vocab {
                 pair_ranks[(a as usize) << 8 | b as usize] = v;
             }
         }
-        let short = ranks
-            .iter()
-            .filter(|(k, _)| k.len() <= INLINE_MAX)
-            .map(|(k, &v)| (inline_key(k), v))
-            .collect();
+        let short = ShortTokens::new(ranks.iter().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, &v)| (inline_key(k), v)));
         let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
         Ok(Self {
             ranks,
@@ -154,7 +151,7 @@ impl Vocab {
                 let r = self.pair_rank(bytes[0], bytes[1]);
                 (r != Rank::MAX).then_some(r)
             }
-            n if n <= INLINE_MAX => self.short.get(&inline_key(bytes)).copied(),
+            n if n <= INLINE_MAX => self.short.get(inline_key(bytes)),
             n if n > self.max_len => None,
             _ => self.ranks.get(bytes).copied(),
         }
@@ -175,7 +172,7 @@ impl Vocab {
     /// The rank of a string of 2..=[`INLINE_MAX`] bytes given by its [`inline_key`].
     #[inline]
     pub fn rank_inline(&self, key: u128) -> Option<Rank> {
-        self.short.get(&key).copied()
+        self.short.get(key)
     }
 
     pub fn ranks(&self) -> &FxHashMap<Vec<u8>, Rank> {

@@ -1,0 +1,171 @@
+//! The ranks of the vocabulary's short tokens, packed for cache residency.
+//!
+//! Byte-pair merging of a piece no cache has seen looks up about nine byte strings of
+//! three to five bytes, half of them tokens. Over a long stream those lookups land all
+//! over the vocabulary, so each token found is typically a load from main memory: the
+//! table's size decides their cost. A general hash map of `(u128 key, u32 rank)` takes 32
+//! bytes a slot (4 MiB for cl100k_base, 8 MiB for o200k_base). Here a token of at most
+//! [`PACKED_MAX`] bytes (95-97% of a vocabulary's tokens of up to 15 bytes) is one 16-byte
+//! entry holding its bytes, its length and its rank, half that size; the few tokens of 12
+//! to 15 bytes go to a small separate map.
+
+use hashbrown::HashTable;
+use rustc_hash::FxHashMap;
+
+use crate::error::Rank;
+use crate::vocab::INLINE_MAX;
+
+/// Longest token stored as one packed entry: its bytes (up to 11), its length (one byte)
+/// and its rank (four bytes) fill 16 bytes.
+pub const PACKED_MAX: usize = 11;
+
+/// Bytes 0..11 of an entry: the token's bytes, zero-padded.
+const BYTES_MASK: u128 = (1 << 88) - 1;
+/// Bytes 0..12 of an entry: the token's bytes and its length, the part a lookup compares.
+const KEY_MASK: u128 = (1 << 96) - 1;
+
+/// Ranks of the tokens of at most [`INLINE_MAX`] bytes, looked up by
+/// [`inline_key`](crate::vocab::inline_key).
+pub struct ShortTokens {
+    small: HashTable<u64>,
+    /// Whether a token of at most [`SMALL_MAX`] bytes has a rank too large for `small` and
+    /// went to `packed` instead (no standard vocabulary has one).
+    small_spilled: bool,
+    packed: HashTable<u128>,
+    wide: FxHashMap<u128, Rank>,
+}
+
+/// The packed form of an [`inline_key`](crate::vocab::inline_key) of at most
+/// [`PACKED_MAX`] bytes: its bytes, then its length in byte 11 (bytes 12..16 zero).
+#[inline(always)]
+fn packed_key(key: u128) -> u128 {
+    (key & BYTES_MASK) | ((key >> 120) << 88)
+}
+
+/// Longest token stored as one 8-byte entry: its bytes (up to 5), its length (3 bits) and
+/// its rank (21 bits).
+pub const SMALL_MAX: usize = 5;
+const SMALL_KEY_BITS: u32 = 43;
+const SMALL_KEY_MASK: u64 = (1 << SMALL_KEY_BITS) - 1;
+const SMALL_RANKS: u64 = 1 << (64 - SMALL_KEY_BITS);
+
+#[inline(always)]
+fn small_key(key: u128) -> u64 {
+    (key as u64 & ((1 << 40) - 1)) | (((key >> 120) as u64) << 40)
+}
+
+#[inline(always)]
+fn small_hash(k: u64) -> u64 {
+    let m = (k as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+#[inline(always)]
+fn hash(packed: u128) -> u64 {
+    // A folded 64x64->128 multiply: both halves of the product feed the result, so the
+    // low bits (the slot) and the top seven (the table's tag byte) are both well mixed.
+    let x = (packed as u64) ^ ((packed >> 64) as u64).rotate_left(23);
+    let m = (x as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+impl ShortTokens {
+    /// Builds the table from `(inline key, rank)` pairs of tokens of at most
+    /// [`INLINE_MAX`] bytes.
+    pub fn new(tokens: impl IntoIterator<Item = (u128, Rank)>) -> Self {
+        let mut small = HashTable::new();
+        let mut packed = HashTable::new();
+        let mut small_spilled = false;
+        let mut wide = FxHashMap::default();
+        for (key, rank) in tokens {
+            let len = (key >> 120) as usize;
+            debug_assert!(len <= INLINE_MAX);
+            if len <= SMALL_MAX && (rank as u64) < SMALL_RANKS {
+                let k = small_key(key);
+                small.insert_unique(small_hash(k), k | ((rank as u64) << SMALL_KEY_BITS), |e: &u64| small_hash(e & SMALL_KEY_MASK));
+            } else if len <= PACKED_MAX {
+                small_spilled |= len <= SMALL_MAX;
+                let k = packed_key(key);
+                packed.insert_unique(hash(k), k | ((rank as u128) << 96), |e: &u128| hash(e & KEY_MASK));
+            } else {
+                wide.insert(key, rank);
+            }
+        }
+        packed.shrink_to_fit(|e: &u128| hash(e & KEY_MASK));
+        small.shrink_to_fit(|e: &u64| small_hash(e & SMALL_KEY_MASK));
+        Self { small, small_spilled, packed, wide }
+    }
+
+    /// The rank of the token with inline key `key`, if it is one.
+    #[inline(always)]
+    pub fn get(&self, key: u128) -> Option<Rank> {
+        let len = (key >> 120) as usize;
+        if len <= SMALL_MAX {
+            let k = small_key(key);
+            if let Some(e) = self.small.find(small_hash(k), |e| e & SMALL_KEY_MASK == k) {
+                return Some((e >> SMALL_KEY_BITS) as Rank);
+            }
+            if !self.small_spilled {
+                return None;
+            }
+        }
+        if len <= PACKED_MAX {
+            let k = packed_key(key);
+            self.packed.find(hash(k), |e| e & KEY_MASK == k).map(|e| (e >> 96) as Rank)
+        } else {
+            self.wide.get(&key).copied()
+        }
+    }
+
+    /// Bytes taken by the tables' slots (their control bytes aside).
+    pub fn slot_bytes(&self) -> usize {
+        self.small.capacity() * 8 + self.packed.capacity() * 16 + self.wide.capacity() * 32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::inline_key;
+
+    #[test]
+    fn finds_every_token_and_nothing_else() {
+        // Tokens of every length 1..=15 with bytes that include zeros (the padding byte)
+        // and 0xFF; each also looked up with one byte changed, one byte more and one less.
+        let mut tokens: Vec<Vec<u8>> = Vec::new();
+        for len in 1..=INLINE_MAX {
+            for seed in 0..40u32 {
+                tokens.push((0..len).map(|i| (seed.wrapping_mul(97) as usize + i * 31) as u8 & if seed % 3 == 0 { 0x0F } else { 0xFF }).collect());
+            }
+            tokens.push(vec![0; len]);
+            tokens.push(vec![0xFF; len]);
+        }
+        tokens.sort();
+        tokens.dedup();
+        let table = ShortTokens::new(tokens.iter().enumerate().map(|(i, t)| (inline_key(t), i as Rank * 7919 % 300_000)));
+        for (i, t) in tokens.iter().enumerate() {
+            assert_eq!(table.get(inline_key(t)), Some(i as Rank * 7919 % 300_000), "{t:?}");
+            let mut other = t.clone();
+            other[t.len() / 2] ^= 0x40;
+            assert_eq!(table.get(inline_key(&other)), tokens.binary_search(&other).ok().map(|j| j as Rank * 7919 % 300_000));
+            let mut longer = t.clone();
+            longer.push(0);
+            if longer.len() <= INLINE_MAX {
+                assert_eq!(table.get(inline_key(&longer)), tokens.binary_search(&longer).ok().map(|j| j as Rank * 7919 % 300_000));
+            }
+            let shorter = &t[..t.len() - 1];
+            if !shorter.is_empty() {
+                assert_eq!(table.get(inline_key(shorter)), tokens.binary_search(&shorter.to_vec()).ok().map(|j| j as Rank * 7919 % 300_000));
+            }
+        }
+        assert!(table.wide.len() == tokens.iter().filter(|t| t.len() > PACKED_MAX).count());
+    }
+
+    #[test]
+    fn keeps_ranks_up_to_u32_max() {
+        let table = ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abcdefghijklm"), Rank::MAX - 2)]);
+        assert_eq!(table.get(inline_key(b"abc")), Some(Rank::MAX - 1));
+        assert_eq!(table.get(inline_key(b"abcdefghijklm")), Some(Rank::MAX - 2));
+        assert_eq!(table.get(inline_key(b"abd")), None);
+    }
+}
