@@ -2,12 +2,17 @@
 //!
 //! Byte-pair merging of a piece no cache has seen looks up about nine byte strings of
 //! three to five bytes, half of them tokens. Over a long stream those lookups land all
-//! over the vocabulary, so each token found is typically a load from main memory: the
-//! table's size decides their cost. A general hash map of `(u128 key, u32 rank)` takes 32
-//! bytes a slot (4 MiB for cl100k_base, 8 MiB for o200k_base). Here a token of at most
-//! [`PACKED_MAX`] bytes (95-97% of a vocabulary's tokens of up to 15 bytes) is one 16-byte
-//! entry holding its bytes, its length and its rank, half that size; the few tokens of 12
-//! to 15 bytes go to a small separate map.
+//! over the vocabulary, so each token found is typically a load from main memory, and the
+//! table's size decides how often. A general hash map of `(u128 key, u32 rank)` takes 32
+//! bytes a slot: 4 MiB of slots for cl100k_base, 8 MiB for o200k_base. Here tokens are
+//! packed by length, each entry holding the token's bytes, its length and its rank:
+//! * up to [`SMALL_MAX`] (5) bytes: one 8-byte entry (46% of cl100k_base's tokens, 38%
+//!   of o200k_base's);
+//! * up to [`PACKED_MAX`] (11) bytes: one 16-byte entry;
+//! * 12 to 15 bytes (4% and 6%): a plain map.
+//!
+//! cl100k_base's slots take 1.75 MiB in all, o200k_base's 3.5 MiB. Measured on a 20 MB
+//! stream, paired runs were 1.08-1.15x faster than with the plain map.
 
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
@@ -163,7 +168,11 @@ mod tests {
 
     #[test]
     fn keeps_ranks_up_to_u32_max() {
-        let table = ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abcdefghijklm"), Rank::MAX - 2)]);
+        // A token of at most SMALL_MAX bytes whose rank does not fit an 8-byte entry goes
+        // to the 16-byte table; both are then searched.
+        let table = ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abcdefghijklm"), Rank::MAX - 2), (inline_key(b"xy"), 5)]);
+        assert!(table.small_spilled);
+        assert_eq!(table.get(inline_key(b"xy")), Some(5));
         assert_eq!(table.get(inline_key(b"abc")), Some(Rank::MAX - 1));
         assert_eq!(table.get(inline_key(b"abcdefghijklm")), Some(Rank::MAX - 2));
         assert_eq!(table.get(inline_key(b"abd")), None);
