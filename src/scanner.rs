@@ -168,6 +168,11 @@ impl Scanner {
             UPPERISH => ascii_run(b, i, b'A', b'Z', 0),
             _ => i,
         };
+        // Those three classes have no ASCII members outside the ranges just scanned, so an
+        // ASCII byte there ends the run.
+        if matches!(mask, LETTER | LOWERISH | UPPERISH) && b.get(i).map_or(true, |&x| x < 0x80) {
+            return i;
+        }
         while i < b.len() {
             let (f, _, l) = self.at(b, i);
             if f & mask == 0 {
