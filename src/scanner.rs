@@ -357,11 +357,16 @@ impl Scanner {
 
     /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` at `s`, with the
     /// backtracking of the first run: the match ends after the last lower-ish character
-    /// that the upper-ish run can give back to the lower-ish one.
-    fn upper_then_lower(&self, b: &[u8], s: usize) -> Option<usize> {
+    /// that the upper-ish run can give back to the lower-ish one. When there is no match,
+    /// `Err` holds the end of the upper-ish run (the next alternative starts with it).
+    fn upper_then_lower(&self, b: &[u8], s: usize) -> Result<usize, usize> {
         let u_end = self.run(b, s, UPPERISH);
         if self.flags_at(b, u_end) & LOWERISH != 0 {
-            return Some(self.run(b, u_end, LOWERISH));
+            return Ok(self.run(b, u_end, LOWERISH));
+        }
+        // An ASCII upper-case letter is never lower-ish: nothing to give back.
+        if b[s..u_end].is_ascii() {
+            return Err(u_end);
         }
         let mut j = u_end;
         while j > s {
@@ -371,10 +376,10 @@ impl Scanner {
             }
             let (f, _, l) = self.at(b, j);
             if f & LOWERISH != 0 {
-                return Some(j + l);
+                return Ok(j + l);
             }
         }
-        None
+        Err(u_end)
     }
 
     fn o200k(&self, b: &[u8], i: usize) -> usize {
@@ -419,26 +424,24 @@ impl Scanner {
     fn o200k_words(&self, b: &[u8], i: usize, l: usize, prefixable: bool) -> Option<usize> {
         let n = b.len();
         // [^\r\n\p{L}\p{N}]?[upper]*[lower]+(contraction)?  — with, then without, the prefix
-        if prefixable && i + l < n {
-            if let Some(e) = self.upper_then_lower(b, i + l) {
-                return Some(self.o200k_contraction(b, e));
-            }
-        }
-        if let Some(e) = self.upper_then_lower(b, i) {
+        let with_prefix = (prefixable && i + l < n).then(|| self.upper_then_lower(b, i + l));
+        if let Some(Ok(e)) = with_prefix {
             return Some(self.o200k_contraction(b, e));
         }
-        // [^\r\n\p{L}\p{N}]?[upper]+[lower]*(contraction)?
-        if prefixable {
-            let u = self.run(b, i + l, UPPERISH);
+        let without = self.upper_then_lower(b, i);
+        if let Ok(e) = without {
+            return Some(self.o200k_contraction(b, e));
+        }
+        // [^\r\n\p{L}\p{N}]?[upper]+[lower]*(contraction)?  — the upper runs were found above
+        if let Some(Err(u)) = with_prefix {
             if u > i + l {
                 return Some(self.o200k_contraction(b, self.run(b, u, LOWERISH)));
             }
         }
-        let u = self.run(b, i, UPPERISH);
-        if u > i {
-            return Some(self.o200k_contraction(b, self.run(b, u, LOWERISH)));
+        match without {
+            Err(u) if u > i => Some(self.o200k_contraction(b, self.run(b, u, LOWERISH))),
+            _ => None,
         }
-        None
     }
 }
 
