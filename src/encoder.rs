@@ -58,8 +58,7 @@ impl Encoder {
 
     fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
         let mut last = 0;
-        self.splitter.for_each_piece(text, |piece| {
-            let bytes = piece.as_bytes();
+        self.splitter.for_each_piece_bytes(text, |bytes| {
             let before = out.len();
             if bytes.len() <= 2 {
                 // One token, or two bytes that are no token: their two tokens. The dense

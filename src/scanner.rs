@@ -120,6 +120,20 @@ impl Scanner {
     /// Calls `f` with each piece of `text`, in order.
     #[inline]
     pub fn for_each_piece<'t, E>(&self, text: &'t str, mut f: impl FnMut(&'t str) -> Result<(), E>) -> Result<(), E> {
+        self.for_each_span(text, |i, end| f(&text[i..end]))
+    }
+
+    /// As [`Scanner::for_each_piece`], with each piece as bytes: the encoder needs no
+    /// `&str`, and slicing bytes skips the two character-boundary checks per piece.
+    #[inline]
+    pub fn for_each_piece_bytes<'t, E>(&self, text: &'t str, mut f: impl FnMut(&'t [u8]) -> Result<(), E>) -> Result<(), E> {
+        let b = text.as_bytes();
+        self.for_each_span(text, |i, end| f(&b[i..end]))
+    }
+
+    /// Calls `f` with the start and end of each piece of `text`, in order.
+    #[inline(always)]
+    fn for_each_span<E>(&self, text: &str, mut f: impl FnMut(usize, usize) -> Result<(), E>) -> Result<(), E> {
         let b = text.as_bytes();
         let mut i = 0;
         while i < b.len() {
@@ -129,7 +143,7 @@ impl Scanner {
                 Family::O200k => self.o200k(b, i),
             };
             debug_assert!(end > i && text.is_char_boundary(end));
-            f(&text[i..end])?;
+            f(i, end)?;
             i = end;
         }
         Ok(())
