@@ -305,6 +305,7 @@ impl Scanner {
         Self::space_tail(b, i, l, end)
     }
 
+    #[inline(always)]
     fn cl100k(&self, b: &[u8], i: usize, max_digits: usize, run_to_end_first: bool) -> usize {
         let n = b.len();
         let (f, c, l) = self.at(b, i);
@@ -396,6 +397,7 @@ impl Scanner {
         Err(u_end)
     }
 
+    #[inline(always)]
     fn o200k(&self, b: &[u8], i: usize) -> usize {
         const LETTERISH: u8 = UPPERISH | LOWERISH;
         // The commonest start, an ASCII lower-case letter: no prefix, no upper-case run, so
