@@ -58,69 +58,84 @@ impl Encoder {
 
     fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
         let mut last = 0;
-        self.splitter.for_each_piece_bytes(text, |bytes| {
-            let before = out.len();
-            if bytes.len() <= 2 {
-                // One token, or two bytes that are no token: their two tokens. The dense
-                // tables answer both without the piece cache.
-                let whole = if bytes.len() == 2 { self.vocab.pair_rank(bytes[0], bytes[1]) } else { self.vocab.byte_rank(bytes[0]) };
-                if whole != Rank::MAX {
-                    out.push(whole);
-                } else {
-                    bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
-                }
-            } else if bytes.len() <= INLINE_MAX {
-                let key = inline_key(bytes);
-                if !cache.usage.caching() {
-                    if let Some(id) = self.vocab.rank_inline(key) {
-                        out.push(id);
-                    } else {
-                        bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-                    }
-                } else if let Some([a, b, c]) = self.pieces.get(key) {
-                    cache.usage.record(true);
-                    out.push(a);
-                    if b != Rank::MAX {
-                        out.push(b);
-                        if c != Rank::MAX {
-                            out.push(c);
-                        }
-                    }
-                } else if let Some(id) = self.vocab.rank_inline(key) {
-                    cache.usage.record(false);
+        // The scanner's loop gets its own copy of the per-piece work, inlined into it (one
+        // closure shared by every engine's loop stayed a call per piece).
+        if let Splitter::Scan(scanner) = &self.splitter {
+            scanner.for_each_piece_bytes(text, |bytes| {
+                last = self.encode_piece(bytes, out, scratch, cache)?;
+                Ok::<(), Error>(())
+            })?;
+        } else {
+            self.splitter.for_each_piece_bytes(text, |bytes| {
+                last = self.encode_piece(bytes, out, scratch, cache)?;
+                Ok(())
+            })?;
+        }
+        Ok(last)
+    }
+
+    /// Appends the tokens of one piece; returns how many there are.
+    #[inline(always)]
+    fn encode_piece(&self, bytes: &[u8], out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+        let before = out.len();
+        if bytes.len() <= 2 {
+            // One token, or two bytes that are no token: their two tokens. The dense
+            // tables answer both without the piece cache.
+            let whole = if bytes.len() == 2 { self.vocab.pair_rank(bytes[0], bytes[1]) } else { self.vocab.byte_rank(bytes[0]) };
+            if whole != Rank::MAX {
+                out.push(whole);
+            } else {
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
+            }
+        } else if bytes.len() <= INLINE_MAX {
+            let key = inline_key(bytes);
+            if !cache.usage.caching() {
+                if let Some(id) = self.vocab.rank_inline(key) {
                     out.push(id);
-                    self.pieces.put(key, &out[before..]);
-                } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
-                    // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
-                    out.extend_from_slice(tokens);
-                    cache.usage.record(true);
                 } else {
-                    cache.usage.record(false);
                     bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-                    if out.len() - before <= piece_cache::MAX_TOKENS {
-                        self.pieces.put(key, &out[before..]);
-                    } else {
-                        cache.put_long(self.owner, bytes, &out[before..]);
+                }
+            } else if let Some([a, b, c]) = self.pieces.get(key) {
+                cache.usage.record(true);
+                out.push(a);
+                if b != Rank::MAX {
+                    out.push(b);
+                    if c != Rank::MAX {
+                        out.push(c);
                     }
                 }
-            } else if let Some(id) = self.vocab.rank(bytes) {
+            } else if let Some(id) = self.vocab.rank_inline(key) {
+                cache.usage.record(false);
                 out.push(id);
-            } else if !cache.usage.caching() {
-                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-            } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
+                self.pieces.put(key, &out[before..]);
+            } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
+                // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
                 out.extend_from_slice(tokens);
                 cache.usage.record(true);
             } else {
                 cache.usage.record(false);
                 bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-                if bytes.len() < bpe::LONG_PIECE {
+                if out.len() - before <= piece_cache::MAX_TOKENS {
+                    self.pieces.put(key, &out[before..]);
+                } else {
                     cache.put_long(self.owner, bytes, &out[before..]);
                 }
             }
-            last = out.len() - before;
-            Ok(())
-        })?;
-        Ok(last)
+        } else if let Some(id) = self.vocab.rank(bytes) {
+            out.push(id);
+        } else if !cache.usage.caching() {
+            bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+        } else if let Some(tokens) = cache.get_long(self.owner, bytes) {
+            out.extend_from_slice(tokens);
+            cache.usage.record(true);
+        } else {
+            cache.usage.record(false);
+            bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+            if bytes.len() < bpe::LONG_PIECE {
+                cache.put_long(self.owner, bytes, &out[before..]);
+            }
+        }
+        Ok(out.len() - before)
     }
 
     pub fn encode_ordinary(&self, text: &str) -> Result<Vec<Rank>> {
