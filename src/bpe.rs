@@ -90,11 +90,40 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 /// and on text whose pieces are all new the lookups are most of the cost.
 pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     debug_assert!((2..LONG_PIECE).contains(&piece.len()));
-    if piece.len() <= 16 {
+    if piece.len() == 3 && not_a_token {
+        if let Some(done) = merge_three(vocab, piece, out) {
+            return done;
+        }
+    }
+    if piece.len() <= 8 {
+        merge_in_arrays::<8>(vocab, piece, out, not_a_token)
+    } else if piece.len() <= 16 {
         merge_in_arrays::<16>(vocab, piece, out, not_a_token)
     } else {
         merge_in_arrays::<LONG_PIECE>(vocab, piece, out, not_a_token)
     }
+}
+
+/// Three bytes that are no token (the commonest piece of text whose pieces never repeat):
+/// the two byte pairs come from the dense table, the lower one (the left on a tie) merges,
+/// and the pair left then is the whole piece, which is no token. No hashing at all. `None`
+/// when a byte has no token of its own (the general merge reports that).
+#[inline(always)]
+fn merge_three(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
+    let [a, b, c] = [piece[0], piece[1], piece[2]];
+    let (ra, rb, rc) = (vocab.byte_rank(a), vocab.byte_rank(b), vocab.byte_rank(c));
+    if ra == Rank::MAX || rb == Rank::MAX || rc == Rank::MAX {
+        return None;
+    }
+    let (ab, bc) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c));
+    if ab == Rank::MAX && bc == Rank::MAX {
+        out.extend_from_slice(&[ra, rb, rc]);
+    } else if ab <= bc {
+        out.extend_from_slice(&[ab, rc]);
+    } else {
+        out.extend_from_slice(&[ra, bc]);
+    }
+    Some(Ok(()))
 }
 
 #[inline(always)]
@@ -601,5 +630,36 @@ mod tests {
         let mut out = Vec::new();
         assert!(matches!(encode_piece(&vocab, b"ab", &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
         assert!(matches!(encode_piece(&vocab, &[b'z'; 300], &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
+        // Three bytes (their own fast path) with one byte the vocabulary lacks, at each place.
+        for piece in [b"zaa", b"aza", b"aaz"] {
+            assert!(matches!(encode_piece(&vocab, piece, &mut out, &mut s, None), Err(Error::UnencodableBytes(_))), "{piece:?}");
+        }
+    }
+
+    #[test]
+    fn every_three_byte_piece_matches_the_reference() {
+        // Three-byte pieces known not to be tokens take a path with no lookup at all: every
+        // such piece over the toy alphabet, in many vocabularies (ties and chains included).
+        let mut rng = Rng(0x2545F4914F6CDD1D);
+        let alphabet = b"ab cx";
+        let mut checked = 0;
+        for _ in 0..40 {
+            let vocab = toy_vocab(&mut rng);
+            for &x in alphabet {
+                for &y in alphabet {
+                    for &z in alphabet {
+                        let piece = [x, y, z];
+                        if vocab.rank(&piece).is_some() {
+                            continue;
+                        }
+                        let mut out = Vec::new();
+                        merge_short(&vocab, &piece, &mut out, true).unwrap();
+                        assert_eq!(out, reference(&vocab, &piece), "{:?}", String::from_utf8_lossy(&piece));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000);
     }
 }
