@@ -66,8 +66,8 @@ impl Encoder {
                 Ok::<(), Error>(())
             })?;
         } else {
-            self.splitter.for_each_piece_bytes(text, |bytes| {
-                last = self.encode_piece(bytes, out, scratch, cache)?;
+            self.splitter.for_each_piece(text, |piece| {
+                last = self.encode_piece(piece.as_bytes(), out, scratch, cache)?;
                 Ok(())
             })?;
         }

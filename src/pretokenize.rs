@@ -130,18 +130,6 @@ impl Splitter {
         }
     }
 
-    /// As [`Splitter::for_each_piece`], with each piece as bytes (cheaper from the scanner).
-    #[inline]
-    pub fn for_each_piece_bytes<'t, F>(&self, text: &'t str, mut f: F) -> Result<()>
-    where
-        F: FnMut(&'t [u8]) -> Result<()>,
-    {
-        match self {
-            Splitter::Scan(scanner) => scanner.for_each_piece_bytes(text, f),
-            _ => self.for_each_piece(text, |p| f(p.as_bytes())),
-        }
-    }
-
     /// All pieces of `text` (convenience for tests and diagnostics).
     pub fn pieces<'t>(&self, text: &'t str) -> Result<Vec<&'t str>> {
         let mut v = Vec::new();

@@ -20,6 +20,13 @@ use rustc_hash::FxHashMap;
 use crate::error::Rank;
 use crate::vocab::INLINE_MAX;
 
+/// Longest token stored as one 8-byte entry: its bytes (up to 5), its length (3 bits) and
+/// its rank (21 bits).
+pub const SMALL_MAX: usize = 5;
+const SMALL_KEY_BITS: u32 = 43;
+const SMALL_KEY_MASK: u64 = (1 << SMALL_KEY_BITS) - 1;
+const SMALL_RANKS: u64 = 1 << (64 - SMALL_KEY_BITS);
+
 /// Longest token stored as one packed entry: its bytes (up to 11), its length (one byte)
 /// and its rank (four bytes) fill 16 bytes.
 pub const PACKED_MAX: usize = 11;
@@ -47,18 +54,15 @@ fn packed_key(key: u128) -> u128 {
     (key & BYTES_MASK) | ((key >> 120) << 88)
 }
 
-/// Longest token stored as one 8-byte entry: its bytes (up to 5), its length (3 bits) and
-/// its rank (21 bits).
-pub const SMALL_MAX: usize = 5;
-const SMALL_KEY_BITS: u32 = 43;
-const SMALL_KEY_MASK: u64 = (1 << SMALL_KEY_BITS) - 1;
-const SMALL_RANKS: u64 = 1 << (64 - SMALL_KEY_BITS);
-
+/// The 8-byte form of an [`inline_key`](crate::vocab::inline_key) of at most
+/// [`SMALL_MAX`] bytes: its bytes, then its length in bits 40..43.
 #[inline(always)]
 fn small_key(key: u128) -> u64 {
     (key as u64 & ((1 << 40) - 1)) | (((key >> 120) as u64) << 40)
 }
 
+/// A folded 64x64->128 multiply: both halves of the product feed the result, so the low
+/// bits (the slot) and the top seven (the table's tag byte) are both well mixed.
 #[inline(always)]
 fn small_hash(k: u64) -> u64 {
     let m = (k as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -67,11 +71,7 @@ fn small_hash(k: u64) -> u64 {
 
 #[inline(always)]
 fn hash(packed: u128) -> u64 {
-    // A folded 64x64->128 multiply: both halves of the product feed the result, so the
-    // low bits (the slot) and the top seven (the table's tag byte) are both well mixed.
-    let x = (packed as u64) ^ ((packed >> 64) as u64).rotate_left(23);
-    let m = (x as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (m as u64) ^ ((m >> 64) as u64)
+    small_hash((packed as u64) ^ ((packed >> 64) as u64).rotate_left(23))
 }
 
 impl ShortTokens {
@@ -120,11 +120,6 @@ impl ShortTokens {
         } else {
             self.wide.get(&key).copied()
         }
-    }
-
-    /// Bytes taken by the tables' slots (their control bytes aside).
-    pub fn slot_bytes(&self) -> usize {
-        self.small.capacity() * 8 + self.packed.capacity() * 16 + self.wide.capacity() * 32
     }
 }
 
