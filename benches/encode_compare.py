@@ -33,7 +33,9 @@ Rows, per encoding (``--encodings``):
   (the target is at least 0.5).
 
 MB = 10**6 bytes of UTF-8 text. ``--repeat N`` runs every measurement N times, each in a
-fresh process, and keeps the fastest.
+fresh process, and keeps the fastest. The runs of one encoding go in N rounds (every
+measurement once per round), so that a slow spell of the host does not fall on one
+library's repeats alone.
 
 How each library is loaded (nothing is downloaded; a library that is not installed, or
 fails to load, is skipped with a one-line note; an encoding whose vocabulary is not in
@@ -548,42 +550,63 @@ class Runner:
         self.notes: List[str] = []
         self.failed: Dict[Tuple[str, str], str] = {}  # (lib, encoding) -> why; later runs skipped
 
-    def measure(self, spec: dict, what: str) -> Optional[dict]:
-        """Best of ``repeat`` runs of ``spec``, or None; the repeats' digests must agree."""
-        key = (spec["lib"], spec["encoding"])
-        if key in self.failed:
-            return None
-        best: Optional[dict] = None
-        digests = set()
-        for r in range(self.repeat):
-            self.count += 1
-            spec = dict(spec, out=os.path.join(self.tmp, f"out-{self.count}.json"))
-            spec["tmp"] = os.path.join(self.tmp, f"worker-{self.count}")
-            os.mkdir(spec["tmp"])
-            res, log = run_worker(spec, self.env, self.timeout)
-            mb = spec["bytes"] / 1e6
-            if res is None:
-                why = _last_line(log)
-                print(f"[{self.count}/{self.total}] {what}: FAILED: {why}", file=sys.stderr, flush=True)
-                if spec["mode"] == "worst" and why.startswith("timed out"):
-                    return {"timeout": why}
-                self.failed[key] = why
-                self.notes.append(f"{LIBRARIES[spec['lib']][2]} skipped for {spec['encoding']}: {why}")
-                return None
-            if log:
-                self.notes.append(f"{what} said: {_last_line(log)}")
-            digests.add(res["digest"])
-            print(
-                f"[{self.count}/{self.total}] {what}: {mb / res['seconds']:.1f} MB/s "
-                f"({res['seconds']:.2f} s, built in {res['build_seconds']:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-            if best is None or res["seconds"] < best["seconds"]:
-                best = res
-        if len(digests) > 1:
-            self.notes.append(f"{what}: the ids differ between repeats")
+    def measure_rounds(self, items: List[Tuple[Tuple[str, ...], dict, str]]) -> Dict[Tuple[str, ...], Optional[dict]]:
+        """Best of ``repeat`` runs of each ``(key, spec, what)``, keyed by ``key`` (None where
+        none succeeded); the repeats' digests must agree.
+
+        The runs go in rounds: every item once, then every item again, and so on. This
+        host's speed drifts over minutes, so repeats of one item run back to back could all
+        fall in a slow spell that its peers missed; in rounds, every library's best is
+        drawn from the same stretch of time.
+        """
+        best: Dict[Tuple[str, ...], Optional[dict]] = {key: None for key, _, _ in items}
+        digests: Dict[Tuple[str, ...], set] = {key: set() for key, _, _ in items}
+        done = set()  # items that timed out on a worst case: one such run is the answer
+        for _ in range(self.repeat):
+            for key, spec, what in items:
+                if key in done or (spec["lib"], spec["encoding"]) in self.failed:
+                    continue
+                res = self._run_once(spec, what)
+                if res is None:
+                    continue
+                if "timeout" in res:
+                    best[key] = res
+                    done.add(key)
+                    continue
+                digests[key].add(res["digest"])
+                if best[key] is None or res["seconds"] < best[key]["seconds"]:
+                    best[key] = res
+        for key, _, what in items:
+            if len(digests[key]) > 1:
+                self.notes.append(f"{what}: the ids differ between repeats")
         return best
+
+    def _run_once(self, spec: dict, what: str) -> Optional[dict]:
+        """One fresh-process run of ``spec``: its result, ``{"timeout": why}`` for a worst
+        case that timed out, or None (the library is then marked failed for the encoding)."""
+        self.count += 1
+        spec = dict(spec, out=os.path.join(self.tmp, f"out-{self.count}.json"))
+        spec["tmp"] = os.path.join(self.tmp, f"worker-{self.count}")
+        os.mkdir(spec["tmp"])
+        res, log = run_worker(spec, self.env, self.timeout)
+        if res is None:
+            why = _last_line(log)
+            print(f"[{self.count}/{self.total}] {what}: FAILED: {why}", file=sys.stderr, flush=True)
+            if spec["mode"] == "worst" and why.startswith("timed out"):
+                return {"timeout": why}
+            self.failed[(spec["lib"], spec["encoding"])] = why
+            self.notes.append(f"{LIBRARIES[spec['lib']][2]} skipped for {spec['encoding']}: {why}")
+            return None
+        if log:
+            self.notes.append(f"{what} said: {_last_line(log)}")
+        mb = spec["bytes"] / 1e6
+        print(
+            f"[{self.count}/{self.total}] {what}: {mb / res['seconds']:.1f} MB/s "
+            f"({res['seconds']:.2f} s, built in {res['build_seconds']:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return res
 
 
 def parity(res: Optional[dict], ref: Optional[dict], docs: Optional[list], what: str, notes: List[str]) -> str:
@@ -767,7 +790,7 @@ def main() -> int:
         for line in describe_slice(f"  {r} slice", docs):
             print(line)
     print(
-        f"each figure: one fresh process per (library, encoding, regime, mode), best of {args.repeat}; "
+        f"each figure: one fresh process per (library, encoding, regime, mode), best of {args.repeat} (in rounds); "
         f"one encode call per document; MB = 10**6 bytes of UTF-8; x = tokenmill MB/s / library MB/s"
     )
     print()
@@ -795,20 +818,23 @@ def main() -> int:
         for name in encodings:
             base = {"encoding": name, "vocab_file": vocab_files[name], "threads": threads}
 
-            def measure_all(
-                mode: str, cases, mode_libs, size: Callable[[str], int], label: str
-            ) -> Dict[Tuple[str, str], Optional[dict]]:
-                """One measurement per (library in both mode_libs and libs, case), keyed so."""
-                got: Dict[Tuple[str, str], Optional[dict]] = {}
+            items: List[Tuple[Tuple[str, ...], dict, str]] = []
+
+            def add(mode: str, cases, mode_libs, size: Callable[[str], int], label: str) -> None:
+                """One item per (library in both mode_libs and libs, case), keyed (mode, lib, case)."""
                 for case in cases:
                     for lib in (lib for lib in mode_libs if lib in libs):
                         spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
-                        got[lib, case] = runner.measure(spec, label.format(name=name, case=case, lib=LIBRARIES[lib][2]))
-                return got
+                        what = label.format(name=name, case=case, lib=LIBRARIES[lib][2])
+                        items.append(((mode, lib, case), spec, what))
 
-            single = measure_all("single", regimes, libs, nbytes.__getitem__, "{name} {case} {lib}")
-            batch = measure_all("batch", regimes, BATCH_LIBS, nbytes.__getitem__, "{name} {case} {lib} batch")
-            worst = measure_all("worst", WORST_CASES, WORST_LIBS, lambda _: worst_bytes, "{name} worst {case} {lib}")
+            add("single", regimes, libs, nbytes.__getitem__, "{name} {case} {lib}")
+            add("batch", regimes, BATCH_LIBS, nbytes.__getitem__, "{name} {case} {lib} batch")
+            add("worst", WORST_CASES, WORST_LIBS, lambda _: worst_bytes, "{name} worst {case} {lib}")
+            got = runner.measure_rounds(items)
+            single, batch, worst = (
+                {(lib, case): res for (m, lib, case), res in got.items() if m == mode} for mode in ("single", "batch", "worst")
+            )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
             if batch:
