@@ -1,6 +1,6 @@
 //! Criterion benches of the Rust core, in bytes per second: pre-tokenization on each engine
-//! (hand-written scanner, DFA, fancy-regex), whole encoding, and training's span counting
-//! and merge loop.
+//! (hand-written scanner, DFA, fancy-regex), whole encoding, byte-pair merging of the pieces
+//! no cache can answer, and training's span counting and merge loop.
 //!
 //! Text: the running Python's standard-library sources (`python3` is asked where they
 //! are), or the files under `TOKENMILL_BENCH_TEXT` if set. Encoding needs cl100k_base's
@@ -141,6 +141,33 @@ fn bench_encode(c: &mut Criterion, docs: &[String]) {
             criterion::BatchSize::PerIteration,
         )
     });
+    g.finish();
+    bench_merge(c, docs, &Encoder::new(ranks, vec![], CL100K).unwrap());
+}
+
+/// Byte-pair merging alone, on every distinct piece of the text that is no token: the
+/// merges a single pass over unseen text cannot avoid (no cache helps the first time a
+/// piece is seen), and the largest single part of encoding a long stream.
+fn bench_merge(c: &mut Criterion, docs: &[String], enc: &Encoder) {
+    let mut seen = rustc_hash::FxHashSet::default();
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    for d in docs {
+        enc.splitter()
+            .for_each_piece(d, |p| {
+                let b = p.as_bytes();
+                if b.len() > 2 && enc.vocab().rank(b).is_none() && seen.insert(b) {
+                    pieces.push(b);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let bytes: usize = pieces.iter().map(|p| p.len()).sum();
+    let mut g = c.benchmark_group("merge-cl100k");
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.sample_size(10);
+    let name = format!("{} distinct pieces that are no token", pieces.len());
+    g.bench_function(name.as_str(), |b| b.iter(|| pieces.iter().map(|p| enc.encode_single_piece(p).unwrap().len()).sum::<usize>()));
     g.finish();
 }
 
