@@ -90,8 +90,13 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 /// and on text whose pieces are all new the lookups are most of the cost.
 pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     debug_assert!((2..LONG_PIECE).contains(&piece.len()));
-    if piece.len() == 3 && not_a_token {
-        if let Some(done) = merge_three(vocab, piece, out) {
+    if not_a_token && piece.len() <= 4 {
+        let done = match piece.len() {
+            2 => merge_two(vocab, piece, out),
+            3 => merge_three(vocab, piece, out),
+            _ => merge_four(vocab, piece, out),
+        };
+        if let Some(done) = done {
             return done;
         }
     }
@@ -122,6 +127,76 @@ fn merge_three(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Resul
         out.extend_from_slice(&[ab, rc]);
     } else {
         out.extend_from_slice(&[ra, bc]);
+    }
+    Some(Ok(()))
+}
+
+/// Two bytes that are no token: their two tokens. `None` when a byte has no token of its
+/// own (the general merge reports that).
+#[inline(always)]
+fn merge_two(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
+    let (ra, rb) = (vocab.byte_rank(piece[0]), vocab.byte_rank(piece[1]));
+    if ra == Rank::MAX || rb == Rank::MAX {
+        return None;
+    }
+    out.extend_from_slice(&[ra, rb]);
+    Some(Ok(()))
+}
+
+/// Four bytes `abcd` that are no token, merged in closed form: the lowest of the three
+/// byte pairs (dense table, leftmost on a tie) merges first, then the two pairs left
+/// around it need at most two lookups of three bytes, and whichever merges leaves two
+/// parts whose concatenation is the piece, no token. `None` when a byte has no token of
+/// its own (the general merge reports that).
+#[inline(always)]
+fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
+    let [a, b, c, d] = [piece[0], piece[1], piece[2], piece[3]];
+    let (ra, rb, rc, rd) = (vocab.byte_rank(a), vocab.byte_rank(b), vocab.byte_rank(c), vocab.byte_rank(d));
+    if ra == Rank::MAX || rb == Rank::MAX || rc == Rank::MAX || rd == Rank::MAX {
+        return None;
+    }
+    let (ab, bc, cd) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d));
+    let three = |s: usize| rank_of(vocab, &piece[s..s + 3]);
+    if ab <= bc && ab <= cd {
+        if ab == Rank::MAX {
+            out.extend_from_slice(&[ra, rb, rc, rd]);
+            return Some(Ok(()));
+        }
+        // [ab, c, d]: (ab)c against cd.
+        let abc = three(0);
+        if abc <= cd {
+            if abc == Rank::MAX {
+                out.extend_from_slice(&[ab, rc, rd]);
+            } else {
+                out.extend_from_slice(&[abc, rd]);
+            }
+        } else {
+            out.extend_from_slice(&[ab, cd]);
+        }
+    } else if bc <= cd {
+        // [a, bc, d]: a(bc) against (bc)d.
+        let (abc, bcd) = (three(0), three(1));
+        if abc <= bcd {
+            if abc == Rank::MAX {
+                out.extend_from_slice(&[ra, bc, rd]);
+            } else {
+                out.extend_from_slice(&[abc, rd]);
+            }
+        } else {
+            out.extend_from_slice(&[ra, bcd]);
+        }
+    } else {
+        // [a, b, cd]: ab against b(cd).
+        let bcd = three(1);
+        if ab <= bcd {
+            if ab == Rank::MAX {
+                out.extend_from_slice(&[ra, rb, cd]);
+            } else {
+                out.extend_from_slice(&[ab, cd]);
+            }
+        } else {
+            out.extend_from_slice(&[ra, bcd]);
+        }
     }
     Some(Ok(()))
 }
@@ -630,36 +705,37 @@ mod tests {
         let mut out = Vec::new();
         assert!(matches!(encode_piece(&vocab, b"ab", &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
         assert!(matches!(encode_piece(&vocab, &[b'z'; 300], &mut out, &mut s, None), Err(Error::UnencodableBytes(_))));
-        // Three bytes (their own fast path) with one byte the vocabulary lacks, at each place.
-        for piece in [b"zaa", b"aza", b"aaz"] {
+        // Two, three and four bytes (their own fast paths) with one byte the vocabulary
+        // lacks, at each place.
+        for piece in [&b"za"[..], b"az", b"zaa", b"aza", b"aaz", b"zaaa", b"azaa", b"aaza", b"aaaz"] {
             assert!(matches!(encode_piece(&vocab, piece, &mut out, &mut s, None), Err(Error::UnencodableBytes(_))), "{piece:?}");
         }
     }
 
     #[test]
-    fn every_three_byte_piece_matches_the_reference() {
-        // Three-byte pieces known not to be tokens take a path with no lookup at all: every
-        // such piece over the toy alphabet, in many vocabularies (ties and chains included).
+    fn every_piece_of_two_to_four_bytes_matches_the_reference() {
+        // Pieces of two, three and four bytes known not to be tokens take closed-form paths
+        // (none, none and at most two lookups): every such piece over the toy alphabet, in
+        // many vocabularies (ties and chains included).
         let mut rng = Rng(0x2545F4914F6CDD1D);
         let alphabet = b"ab cx";
-        let mut checked = 0;
+        let mut checked = [0usize; 5];
         for _ in 0..40 {
             let vocab = toy_vocab(&mut rng);
-            for &x in alphabet {
-                for &y in alphabet {
-                    for &z in alphabet {
-                        let piece = [x, y, z];
-                        if vocab.rank(&piece).is_some() {
-                            continue;
-                        }
-                        let mut out = Vec::new();
-                        merge_short(&vocab, &piece, &mut out, true).unwrap();
-                        assert_eq!(out, reference(&vocab, &piece), "{:?}", String::from_utf8_lossy(&piece));
-                        checked += 1;
+            let mut pieces: Vec<Vec<u8>> = alphabet.iter().map(|&x| vec![x]).collect();
+            for _ in 2..=4 {
+                pieces = pieces.iter().flat_map(|p| alphabet.iter().map(move |&x| [p.as_slice(), &[x]].concat())).collect();
+                for piece in &pieces {
+                    if vocab.rank(piece).is_some() {
+                        continue;
                     }
+                    let mut out = Vec::new();
+                    merge_short(&vocab, piece, &mut out, true).unwrap();
+                    assert_eq!(out, reference(&vocab, piece), "{:?}", String::from_utf8_lossy(piece));
+                    checked[piece.len()] += 1;
                 }
             }
         }
-        assert!(checked > 1000);
+        assert!(checked[2] > 200 && checked[3] > 1000 && checked[4] > 10_000, "{checked:?}");
     }
 }
