@@ -157,6 +157,16 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
     }
     let (ab, bc, cd) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d));
     let three = |s: usize| rank_of(vocab, &piece[s..s + 3]);
+    // After the first merge, three parts and two pairs remain: the left pair merges if its
+    // rank is the lower (or equal: leftmost wins), else the right one, unless neither is a
+    // token. Either merge leaves two parts that make the whole piece, no token: done.
+    let mut settle = |left: Rank, right: Rank, neither: [Rank; 3], if_left: [Rank; 2], if_right: [Rank; 2]| {
+        if left <= right && left == Rank::MAX {
+            out.extend_from_slice(&neither);
+        } else {
+            out.extend_from_slice(if left <= right { &if_left } else { &if_right });
+        }
+    };
     if ab <= bc && ab <= cd {
         if ab == Rank::MAX {
             out.extend_from_slice(&[ra, rb, rc, rd]);
@@ -164,39 +174,15 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
         }
         // [ab, c, d]: (ab)c against cd.
         let abc = three(0);
-        if abc <= cd {
-            if abc == Rank::MAX {
-                out.extend_from_slice(&[ab, rc, rd]);
-            } else {
-                out.extend_from_slice(&[abc, rd]);
-            }
-        } else {
-            out.extend_from_slice(&[ab, cd]);
-        }
+        settle(abc, cd, [ab, rc, rd], [abc, rd], [ab, cd]);
     } else if bc <= cd {
         // [a, bc, d]: a(bc) against (bc)d.
         let (abc, bcd) = (three(0), three(1));
-        if abc <= bcd {
-            if abc == Rank::MAX {
-                out.extend_from_slice(&[ra, bc, rd]);
-            } else {
-                out.extend_from_slice(&[abc, rd]);
-            }
-        } else {
-            out.extend_from_slice(&[ra, bcd]);
-        }
+        settle(abc, bcd, [ra, bc, rd], [abc, rd], [ra, bcd]);
     } else {
         // [a, b, cd]: ab against b(cd).
         let bcd = three(1);
-        if ab <= bcd {
-            if ab == Rank::MAX {
-                out.extend_from_slice(&[ra, rb, cd]);
-            } else {
-                out.extend_from_slice(&[ab, cd]);
-            }
-        } else {
-            out.extend_from_slice(&[ra, bcd]);
-        }
+        settle(ab, bcd, [ra, rb, cd], [ab, cd], [ra, bcd]);
     }
     Some(Ok(()))
 }
