@@ -121,14 +121,23 @@ fn merge_three(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Resul
         return None;
     }
     let (ab, bc) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c));
-    if ab == Rank::MAX && bc == Rank::MAX {
-        out.extend_from_slice(&[ra, rb, rc]);
-    } else if ab <= bc {
-        out.extend_from_slice(&[ab, rc]);
-    } else {
-        out.extend_from_slice(&[ra, bc]);
-    }
+    settle(out, ab, bc, [ra, rb, rc], [ab, rc], [ra, bc]);
     Some(Ok(()))
+}
+
+/// The last step of a closed-form merge: two adjacent pairs of ranks `left` and `right`
+/// remain, and whichever merges leaves parts that make up the whole piece (no token). The
+/// left pair merges if its rank is the lower or equal (leftmost wins), else the right one,
+/// unless neither is a token.
+#[inline(always)]
+fn settle<const N: usize, const L: usize, const R: usize>(out: &mut Vec<Rank>, left: Rank, right: Rank, neither: [Rank; N], if_left: [Rank; L], if_right: [Rank; R]) {
+    if left == Rank::MAX && right == Rank::MAX {
+        out.extend_from_slice(&neither);
+    } else if left <= right {
+        out.extend_from_slice(&if_left);
+    } else {
+        out.extend_from_slice(&if_right);
+    }
 }
 
 /// Two bytes that are no token: their two tokens. `None` when a byte has no token of its
@@ -157,16 +166,7 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
     }
     let (ab, bc, cd) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d));
     let three = |s: usize| rank_of(vocab, &piece[s..s + 3]);
-    // After the first merge, three parts and two pairs remain: the left pair merges if its
-    // rank is the lower (or equal: leftmost wins), else the right one, unless neither is a
-    // token. Either merge leaves two parts that make the whole piece, no token: done.
-    let mut settle = |left: Rank, right: Rank, neither: [Rank; 3], if_left: [Rank; 2], if_right: [Rank; 2]| {
-        if left <= right && left == Rank::MAX {
-            out.extend_from_slice(&neither);
-        } else {
-            out.extend_from_slice(if left <= right { &if_left } else { &if_right });
-        }
-    };
+    // After the first merge, three parts and two pairs remain.
     if ab <= bc && ab <= cd {
         if ab == Rank::MAX {
             out.extend_from_slice(&[ra, rb, rc, rd]);
@@ -174,15 +174,15 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
         }
         // [ab, c, d]: (ab)c against cd.
         let abc = three(0);
-        settle(abc, cd, [ab, rc, rd], [abc, rd], [ab, cd]);
+        settle(out, abc, cd, [ab, rc, rd], [abc, rd], [ab, cd]);
     } else if bc <= cd {
         // [a, bc, d]: a(bc) against (bc)d.
         let (abc, bcd) = (three(0), three(1));
-        settle(abc, bcd, [ra, bc, rd], [abc, rd], [ra, bcd]);
+        settle(out, abc, bcd, [ra, bc, rd], [abc, rd], [ra, bcd]);
     } else {
         // [a, b, cd]: ab against b(cd).
         let bcd = three(1);
-        settle(ab, bcd, [ra, rb, cd], [ab, cd], [ra, bcd]);
+        settle(out, ab, bcd, [ra, rb, cd], [ab, cd], [ra, bcd]);
     }
     Some(Ok(()))
 }
