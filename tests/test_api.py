@@ -678,3 +678,26 @@ def test_hyp_unstable_and_numpy_with_surrogates(cl100k, text):
             assert got == norm(getattr(tt, method)(fixed, allowed_special="all")), method
             continue
         assert tm_call() == expected, method
+
+
+def test_import_leaves_network_and_trainer_modules_for_later():
+    # `import tokenmill` stays quick: the HTTP stack (ssl, email, ...) is imported only to
+    # download a vocabulary, and the trainer on first use, which then works as before.
+    code = (
+        "import sys, tokenmill\n"
+        "heavy = [m for m in ('http.client', 'urllib.request', 'ssl', 'tokenmill.train', 'dataclasses') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from tokenmill import Trainer, train_from_iterator\n"
+        "assert Trainer.__module__ == 'tokenmill.train' and callable(train_from_iterator)\n"
+        "assert 'tokenmill.train' in sys.modules\n"
+        "try:\n"
+        "    tokenmill.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    assert 'no_such_name' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -24,17 +24,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import http.client
 import itertools
 import json
 import os
 import sys
 import types
 import re
-import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +113,8 @@ def _is_remote(path: str) -> bool:
 
 def _file_url_to_path(url: str) -> str:
     """Turn a ``file://`` URL into a local path."""
+    import urllib.request  # (deferred, as below: the HTTP stack takes a while to import)
+
     parsed = urllib.parse.urlparse(url)
     if parsed.netloc not in ("", "localhost"):
         raise ValueError(f"file URL {url!r} does not refer to this machine")
@@ -138,6 +136,8 @@ def _download_timeout() -> float:
 
 
 def _fetch_url(url: str, timeout: float) -> bytes:
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         data = response.read()
@@ -209,6 +209,8 @@ def _resolve_cache_dir() -> Tuple[Optional[str], bool]:
         if var in os.environ:
             value = os.environ[var]
             return (value if value != "" else None), True
+    import tempfile  # (deferred: only needed without a cache variable)
+
     return os.path.join(tempfile.gettempdir(), "data-gym-cache"), False
 
 
@@ -264,6 +266,8 @@ def read_cached_copy(blobpath: str, expected_hash: Optional[str] = None) -> Opti
 def _atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder + os.replace."""
     folder = os.path.dirname(os.path.abspath(path))
+    import tempfile
+
     fd, tmp_path = tempfile.mkstemp(
         dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
     )
@@ -393,6 +397,9 @@ def read_file_cached(blobpath: str, expected_hash: Optional[str] = None) -> byte
         raise _unavailable(
             blobpath, cache_path, f"network access is disabled ({_OFFLINE_ENV} is set)", stale_note
         )
+
+    import http.client
+    import urllib.error
 
     try:
         contents = read_file(blobpath)
