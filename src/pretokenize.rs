@@ -273,6 +273,10 @@ mod tests {
             "hello world  ", "   leading", "a\u{a0}\u{a0}b", "tabs\t\t\tx", "x\n \n \ny", " \u{2003}\u{2003}x",
             "I'LL DON'T 's 'S ſ", "123456789 12", "emoji 🙂‍↔️  👍🏽", "中文  测试\n\n", "e\u{301}\u{301}  x",
             "!!!  ???\n\n", "   \n", " \r\n  \r\n x", "a\u{b}\u{c}b  \u{85}z",
+            // Capitals (o200k's fast path): alone, after a prefix, then lower case, a
+            // contraction, a digit, a non-ASCII letter or mark, or the end of the text.
+            "ABC", " ABC", "ABCdef", " Abc,", "-QQ'LL", "XYZ1", "ABCé", " ABÇde", "A\u{301}b", "\tHTTPServer's",
+            "I", " I'm", "OK.\nOK", "!A", "/Path/To", "ABC\u{2028}", "Zz\u{300}",
         ];
         let splitters = splitters();
         for t in cases {

@@ -409,6 +409,26 @@ impl Scanner {
         if b[i] < 0x80 && !b[i].is_ascii_alphanumeric() && b[i] != b'\r' && b[i] != b'\n' && b.get(i + 1).is_some_and(u8::is_ascii_lowercase) {
             return self.o200k_contraction(b, self.run(b, i + 2, LOWERISH));
         }
+        // Then a capitalised or all-capitals ASCII word, alone or after such a prefix. When
+        // the capitals are followed by an ASCII byte, no lower-case letter can be given back
+        // to the first alternative: it takes the lower-case run if one follows, else the
+        // second alternative takes the capitals alone. A non-ASCII character after them
+        // takes the general path.
+        let caps = if b[i].is_ascii_uppercase() {
+            i
+        } else if b[i] < 0x80 && !b[i].is_ascii_alphanumeric() && b[i] != b'\r' && b[i] != b'\n' && b.get(i + 1).is_some_and(u8::is_ascii_uppercase) {
+            i + 1
+        } else {
+            usize::MAX
+        };
+        if caps != usize::MAX {
+            let u_end = ascii_run(b, caps + 1, b'A', b'Z', 0);
+            match b.get(u_end) {
+                Some(x) if x.is_ascii_lowercase() => return self.o200k_contraction(b, self.run(b, u_end + 1, LOWERISH)),
+                Some(&x) if x >= 0x80 => {}
+                _ => return self.o200k_contraction(b, u_end),
+            }
+        }
         let (f, c, l) = self.at(b, i);
         let prefixable = f & (NEWLINE | LETTER | NUMBER) == 0;
         // The two letter alternatives need a letter or mark here, or after a prefix.
