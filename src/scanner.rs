@@ -61,6 +61,13 @@ fn folds_to(c: u32, lower: u8) -> bool {
     c == lower as u32 || c == lower.to_ascii_uppercase() as u32 || (lower == b's' && c == 0x17F)
 }
 
+/// An ASCII character that `[^\r\n\p{L}\p{N}]` matches: the optional one-character
+/// prefix of a word.
+#[inline(always)]
+fn ascii_prefix(x: u8) -> bool {
+    x < 0x80 && !x.is_ascii_alphanumeric() && x != b'\r' && x != b'\n'
+}
+
 /// End of the run from `i` of ASCII bytes `x` with `x | fold` in `lo..=hi` (`fold` 0x20
 /// makes letters lower case), eight bytes per step: per byte, adding `0x80 - lo` to the
 /// 7-bit value sets its high bit exactly when it is at least `lo`, and adding `0x7F - hi`
@@ -406,7 +413,7 @@ impl Scanner {
             return self.o200k_contraction(b, self.run(b, i + 1, LOWERISH));
         }
         // Next commonest: an ASCII prefix (a space, punctuation) then a lower-case letter.
-        if b[i] < 0x80 && !b[i].is_ascii_alphanumeric() && b[i] != b'\r' && b[i] != b'\n' && b.get(i + 1).is_some_and(u8::is_ascii_lowercase) {
+        if ascii_prefix(b[i]) && b.get(i + 1).is_some_and(u8::is_ascii_lowercase) {
             return self.o200k_contraction(b, self.run(b, i + 2, LOWERISH));
         }
         // Then a capitalised or all-capitals ASCII word, alone or after such a prefix. When
@@ -416,7 +423,7 @@ impl Scanner {
         // takes the general path.
         let caps = if b[i].is_ascii_uppercase() {
             i
-        } else if b[i] < 0x80 && !b[i].is_ascii_alphanumeric() && b[i] != b'\r' && b[i] != b'\n' && b.get(i + 1).is_some_and(u8::is_ascii_uppercase) {
+        } else if ascii_prefix(b[i]) && b.get(i + 1).is_some_and(u8::is_ascii_uppercase) {
             i + 1
         } else {
             usize::MAX
