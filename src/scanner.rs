@@ -422,13 +422,13 @@ impl Scanner {
         // second alternative takes the capitals alone. A non-ASCII character after them
         // takes the general path.
         let caps = if b[i].is_ascii_uppercase() {
-            i
+            Some(i)
         } else if ascii_prefix(b[i]) && b.get(i + 1).is_some_and(u8::is_ascii_uppercase) {
-            i + 1
+            Some(i + 1)
         } else {
-            usize::MAX
+            None
         };
-        if caps != usize::MAX {
+        if let Some(caps) = caps {
             let u_end = ascii_run(b, caps + 1, b'A', b'Z', 0);
             match b.get(u_end) {
                 Some(x) if x.is_ascii_lowercase() => return self.o200k_contraction(b, self.run(b, u_end + 1, LOWERISH)),

@@ -265,9 +265,9 @@ def read_cached_copy(blobpath: str, expected_hash: Optional[str] = None) -> Opti
 
 def _atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder + os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
     import tempfile
 
+    folder = os.path.dirname(os.path.abspath(path))
     fd, tmp_path = tempfile.mkstemp(
         dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
     )
