@@ -492,10 +492,18 @@ def worker(spec: dict) -> int:
     gc.disable()
     c0 = time.process_time()
     t0 = time.perf_counter()
+    doc_seconds: List[float] = []
     if mode == "batch":
         all_ids = obj.encode_ordinary_batch(docs, num_threads=spec["threads"])
     else:
-        all_ids = [encode(d) for d in docs]
+        # Each document's time too (two clock reads a document, the same for every
+        # library), for the table of where a long stream's time goes by kind of text.
+        all_ids = []
+        clock = time.perf_counter
+        for d in docs:
+            start = clock()
+            all_ids.append(encode(d))
+            doc_seconds.append(clock() - start)
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - c0
     gc.enable()
@@ -507,6 +515,7 @@ def worker(spec: dict) -> int:
         "seconds": seconds,
         "cpu_seconds": cpu,
         "build_seconds": build_s,
+        "doc_seconds": doc_seconds,
         "tokens": tokens,
         "digest": digest,
         "doc_digests": per_doc,
@@ -689,6 +698,35 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
         print(f"{row} {_same(same):>9}")
 
 
+def print_kinds(name, libs, single, texts, regime: str = "long") -> None:
+    """One library per column: MB/s on each kind of text within the one-thread pass over
+    ``regime`` (from per-document times; the caches warm across kinds as in the stream), and
+    each kind's share of tokenmill's time."""
+    docs = texts.get(regime)
+    cols = [lib for lib in libs if (single.get((lib, regime)) or {}).get("doc_seconds")]
+    if not docs or "tokenmill" not in cols:
+        return
+    kinds = [k for k in KINDS if any(kind == k for kind, _, _ in docs)]
+    size: Dict[str, int] = Counter()
+    secs: Dict[str, Counter] = {lib: Counter() for lib in cols}
+    for i, (kind, _, text) in enumerate(docs):
+        size[kind] += len(text.encode("utf-8"))
+        for lib in cols:
+            secs[lib][kind] += single[(lib, regime)]["doc_seconds"][i]
+    total_tm = sum(secs["tokenmill"].values()) or 1.0
+    print(f"by kind of text, {regime} stream, one thread (MB/s; x = tokenmill / library; share of tokenmill's time):")
+    head = f"  {'kind':<22}" + "".join(f" {LIBRARIES[lib][2][:12]:>12}" + ("" if lib == "tokenmill" else f" {'x':>5}") for lib in cols)
+    print(head + f" {'share':>6}")
+    print("  " + "-" * (len(head) + 5))
+    for k in kinds:
+        tm = size[k] / 1e6 / secs["tokenmill"][k] if secs["tokenmill"][k] else None
+        row = f"  {KINDS[k]:<22}"
+        for lib in cols:
+            v = size[k] / 1e6 / secs[lib][k] if secs[lib][k] else None
+            row += f" {_fmt(v, 12)}" + ("" if lib == "tokenmill" else f" {_fmt(_ratio(tm, v), 5, 2)}")
+        print(row + f" {100 * secs['tokenmill'][k] / total_tm:>5.1f}%")
+
+
 def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: List[str]) -> None:
     print(f"batch, encode_ordinary_batch(docs, num_threads={threads}):")
     _header("library", list(nbytes), "  batch / own one-thread MB/s")
@@ -840,6 +878,7 @@ def main() -> int:
             )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
+            print_kinds(name, libs, single, texts)
             if batch:
                 print_batch(name, libs, batch, single, nbytes, texts, threads, runner.notes)
             if worst:
