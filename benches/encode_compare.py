@@ -698,7 +698,7 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
         print(f"{row} {_same(same):>9}")
 
 
-def print_kinds(name, libs, single, texts, regime: str = "long") -> None:
+def print_kinds(libs, single, texts, regime: str = "long") -> None:
     """One library per column: MB/s on each kind of text within the one-thread pass over
     ``regime`` (from per-document times; the caches warm across kinds as in the stream), and
     each kind's share of tokenmill's time."""
@@ -706,13 +706,13 @@ def print_kinds(name, libs, single, texts, regime: str = "long") -> None:
     cols = [lib for lib in libs if (single.get((lib, regime)) or {}).get("doc_seconds")]
     if not docs or "tokenmill" not in cols:
         return
-    kinds = [k for k in KINDS if any(kind == k for kind, _, _ in docs)]
     size: Dict[str, int] = Counter()
     secs: Dict[str, Counter] = {lib: Counter() for lib in cols}
     for i, (kind, _, text) in enumerate(docs):
         size[kind] += len(text.encode("utf-8"))
         for lib in cols:
             secs[lib][kind] += single[(lib, regime)]["doc_seconds"][i]
+    kinds = [k for k in KINDS if k in size]
     total_tm = sum(secs["tokenmill"].values()) or 1.0
     print(f"by kind of text, {regime} stream, one thread (MB/s; x = tokenmill / library; share of tokenmill's time):")
     head = f"  {'kind':<22}" + "".join(f" {LIBRARIES[lib][2][:12]:>12}" + ("" if lib == "tokenmill" else f" {'x':>5}") for lib in cols)
@@ -878,7 +878,7 @@ def main() -> int:
             )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
-            print_kinds(name, libs, single, texts)
+            print_kinds(libs, single, texts)
             if batch:
                 print_batch(name, libs, batch, single, nbytes, texts, threads, runner.notes)
             if worst:
