@@ -13,6 +13,9 @@
 //!
 //! cl100k_base's slots take 1.75 MiB in all, o200k_base's 3.5 MiB. Measured on a 20 MB
 //! stream, paired runs were 1.08-1.15x faster than with the plain map.
+//!
+//! A small Bloom filter (`TokenFilter`) in front of the tables answers most lookups of
+//! strings that are no token without a probe of the tables.
 
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
@@ -39,6 +42,8 @@ const KEY_MASK: u128 = (1 << 96) - 1;
 /// Ranks of the tokens of at most [`INLINE_MAX`] bytes, looked up by
 /// [`inline_key`](crate::vocab::inline_key).
 pub struct ShortTokens {
+    /// Answers most lookups of strings that are no token without touching the tables.
+    filter: TokenFilter,
     small: HashTable<u64>,
     /// Whether a token of at most [`SMALL_MAX`] bytes has a rank too large for `small` and
     /// went to `packed` instead (no standard vocabulary has one).
@@ -78,6 +83,8 @@ impl ShortTokens {
     /// Builds the table from `(inline key, rank)` pairs of tokens of at most
     /// [`INLINE_MAX`] bytes.
     pub fn new(tokens: impl IntoIterator<Item = (u128, Rank)>) -> Self {
+        let tokens: Vec<(u128, Rank)> = tokens.into_iter().collect();
+        let filter = TokenFilter::new(tokens.iter().map(|&(k, _)| k), tokens.len());
         let mut small = HashTable::new();
         let mut packed = HashTable::new();
         let mut small_spilled = false;
@@ -98,12 +105,15 @@ impl ShortTokens {
         }
         packed.shrink_to_fit(|e: &u128| hash(e & KEY_MASK));
         small.shrink_to_fit(|e: &u64| small_hash(e & SMALL_KEY_MASK));
-        Self { small, small_spilled, packed, wide }
+        Self { filter, small, small_spilled, packed, wide }
     }
 
     /// The rank of the token with inline key `key`, if it is one.
     #[inline(always)]
     pub fn get(&self, key: u128) -> Option<Rank> {
+        if !self.filter.may_hold(key) {
+            return None;
+        }
         let len = (key >> 120) as usize;
         if len <= SMALL_MAX {
             let k = small_key(key);
@@ -120,6 +130,51 @@ impl ShortTokens {
         } else {
             self.wide.get(&key).copied()
         }
+    }
+}
+
+/// A blocked Bloom filter over the short tokens' inline keys: one 64-bit word per key,
+/// four bits set in it, 12 bits per token (145 KiB for cl100k_base, 284 KiB for
+/// o200k_base). It lets through about 1.2% of the strings that are no token and never
+/// stops a token. Most strings looked up on text whose pieces are all new (random
+/// characters, hashes) are no token, and so are about half of those looked up while
+/// merging; the filter answers them from a table small enough to stay in the CPU's cache,
+/// without a probe of the tables (and without the probe's occasional false tag match,
+/// which reads an entry from memory). Measured on 1 MB of random text without
+/// whitespace, o200k_base: 1.10-1.17x in paired runs; real text unchanged within noise.
+struct TokenFilter {
+    words: Box<[u64]>,
+}
+
+/// Bits of the filter per token.
+const FILTER_BITS: usize = 12;
+
+impl TokenFilter {
+    fn new(keys: impl Iterator<Item = u128>, count: usize) -> Self {
+        let n = (count * FILTER_BITS / 64).max(1);
+        let mut words = vec![0u64; n].into_boxed_slice();
+        for key in keys {
+            let (i, m) = Self::place(key, n);
+            words[i] |= m;
+        }
+        Self { words }
+    }
+
+    /// The word of a key (among `n`) and the four bits it sets there.
+    #[inline(always)]
+    fn place(key: u128, n: usize) -> (usize, u64) {
+        let x = (key as u64) ^ ((key >> 64) as u64).rotate_left(31);
+        let m = (x as u128).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        let h = (m as u64) ^ ((m >> 64) as u64);
+        let bits = 1u64 << (h & 63) | 1u64 << ((h >> 6) & 63) | 1u64 << ((h >> 12) & 63) | 1u64 << ((h >> 18) & 63);
+        ((((h >> 32) * n as u64) >> 32) as usize, bits)
+    }
+
+    /// False only for a key that is certainly no token.
+    #[inline(always)]
+    fn may_hold(&self, key: u128) -> bool {
+        let (i, m) = Self::place(key, self.words.len());
+        self.words[i] & m == m
     }
 }
 
@@ -159,6 +214,29 @@ mod tests {
             }
         }
         assert!(table.wide.len() == tokens.iter().filter(|t| t.len() > PACKED_MAX).count());
+    }
+
+    #[test]
+    fn filter_stops_most_strings_that_are_no_token() {
+        // 50,000 tokens of 3 to 10 bytes, then other strings of the same kind: each
+        // token passes, and only a small share of the others does.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut string = || {
+            let r = next();
+            (0..3 + r as usize % 8).map(|i| b'!' + ((r >> (8 + 5 * i)) % 90) as u8).collect::<Vec<u8>>()
+        };
+        let tokens: std::collections::HashSet<Vec<u8>> = (0..50_000).map(|_| string()).collect();
+        let filter = TokenFilter::new(tokens.iter().map(|t| inline_key(t)), tokens.len());
+        assert!(tokens.iter().all(|t| filter.may_hold(inline_key(t))));
+        let others: Vec<Vec<u8>> = (0..200_000).map(|_| string()).filter(|s| !tokens.contains(s)).collect();
+        let passed = others.iter().filter(|s| filter.may_hold(inline_key(s))).count();
+        assert!(passed * 100 < others.len() * 3, "{passed} of {} passed", others.len());
     }
 
     #[test]
