@@ -84,7 +84,7 @@ impl ShortTokens {
     /// [`INLINE_MAX`] bytes.
     pub fn new(tokens: impl IntoIterator<Item = (u128, Rank)>) -> Self {
         let tokens: Vec<(u128, Rank)> = tokens.into_iter().collect();
-        let filter = TokenFilter::new(tokens.iter().map(|&(k, _)| k), tokens.len());
+        let filter = TokenFilter::new(tokens.iter().map(|&(k, _)| k));
         let mut small = HashTable::new();
         let mut packed = HashTable::new();
         let mut small_spilled = false;
@@ -150,8 +150,8 @@ struct TokenFilter {
 const FILTER_BITS: usize = 12;
 
 impl TokenFilter {
-    fn new(keys: impl Iterator<Item = u128>, count: usize) -> Self {
-        let n = (count * FILTER_BITS / 64).max(1);
+    fn new(keys: impl ExactSizeIterator<Item = u128>) -> Self {
+        let n = (keys.len() * FILTER_BITS / 64).max(1);
         let mut words = vec![0u64; n].into_boxed_slice();
         for key in keys {
             let (i, m) = Self::place(key, n);
@@ -163,9 +163,7 @@ impl TokenFilter {
     /// The word of a key (among `n`) and the four bits it sets there.
     #[inline(always)]
     fn place(key: u128, n: usize) -> (usize, u64) {
-        let x = (key as u64) ^ ((key >> 64) as u64).rotate_left(31);
-        let m = (x as u128).wrapping_mul(0xD6E8_FEB8_6659_FD93);
-        let h = (m as u64) ^ ((m >> 64) as u64);
+        let h = small_hash((key as u64) ^ ((key >> 64) as u64).rotate_left(31));
         let bits = 1u64 << (h & 63) | 1u64 << ((h >> 6) & 63) | 1u64 << ((h >> 12) & 63) | 1u64 << ((h >> 18) & 63);
         ((((h >> 32) * n as u64) >> 32) as usize, bits)
     }
@@ -232,7 +230,7 @@ mod tests {
             (0..3 + r as usize % 8).map(|i| b'!' + ((r >> (8 + 5 * i)) % 90) as u8).collect::<Vec<u8>>()
         };
         let tokens: std::collections::HashSet<Vec<u8>> = (0..50_000).map(|_| string()).collect();
-        let filter = TokenFilter::new(tokens.iter().map(|t| inline_key(t)), tokens.len());
+        let filter = TokenFilter::new(tokens.iter().map(|t| inline_key(t)));
         assert!(tokens.iter().all(|t| filter.may_hold(inline_key(t))));
         let others: Vec<Vec<u8>> = (0..200_000).map(|_| string()).filter(|s| !tokens.contains(s)).collect();
         let passed = others.iter().filter(|s| filter.may_hold(inline_key(s))).count();
