@@ -665,10 +665,11 @@ def parity(res: Optional[dict], ref: Optional[dict], docs: Optional[list], what:
     return "NO"
 
 
-def _mbps(res: Optional[dict], nbytes: int) -> Optional[float]:
-    if res is None or "seconds" not in res:
+def _mbps(res: Optional[dict], nbytes: int, clock: str = "seconds") -> Optional[float]:
+    """MB per second of ``clock``: ``"seconds"`` (wall) or ``"cpu_seconds"``."""
+    if res is None or not res.get(clock):
         return None
-    return nbytes / 1e6 / res["seconds"]
+    return nbytes / 1e6 / res[clock]
 
 
 def _fmt(v: Optional[float], width: int, digits: int = 1) -> str:
@@ -726,11 +727,18 @@ def _share(part: Optional[float], whole: float) -> Optional[float]:
     return None if part is None or whole <= 0 else max(0.0, min(1.0, part / whole))
 
 
+def _steal_share(res: Optional[dict]) -> Optional[float]:
+    """The share of all the machine's cores' time the hypervisor took during a run."""
+    if res is None or "seconds" not in res:
+        return None
+    return _share(res.get("steal_seconds"), res["seconds"] * (os.cpu_count() or 1))
+
+
 def _pct(v: Optional[float], width: int) -> str:
     return f"{100 * v:>{width - 1}.0f}%" if v is not None else f"{'-':>{width}}"
 
 
-def print_cpu(libs, single, nbytes, cores: int) -> None:
+def print_cpu(libs, single, nbytes) -> None:
     """The one-thread figures again, per CPU second of the worker instead of per wall
     second. On a virtual machine whose host is busy, the hypervisor takes the cores away
     for stretches ("steal"): the wall clock runs on, so wall-time MB/s drop, while the
@@ -746,19 +754,14 @@ def print_cpu(libs, single, nbytes, cores: int) -> None:
     header = f"  {'library':<15}" + "".join(f" {r + ' MB/s':>11} {'x':>6} {'off':>5} {'steal':>6}" for r in nbytes)
     print(header)
     print("  " + "-" * (len(header) - 2))
-
-    def cpu_mbps(res: Optional[dict], n: int) -> Optional[float]:
-        return n / 1e6 / res["cpu_seconds"] if res and res.get("cpu_seconds") else None
-
-    tm = {r: cpu_mbps(single.get(("tokenmill", r)), n) for r, n in nbytes.items()}
+    tm = {r: _mbps(single.get(("tokenmill", r)), n, "cpu_seconds") for r, n in nbytes.items()}
     for lib in rows:
         row = f"  {LIBRARIES[lib][2]:<15}"
         for r, n in nbytes.items():
             res = single.get((lib, r))
-            v = cpu_mbps(res, n)
+            v = _mbps(res, n, "cpu_seconds")
             off = _share(res["seconds"] - res["cpu_seconds"], res["seconds"]) if res and v else None
-            steal = _share(res.get("steal_seconds"), res["seconds"] * cores) if res and v else None
-            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)} {_pct(off, 5)} {_pct(steal, 6)}"
+            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)} {_pct(off, 5)} {_pct(_steal_share(res), 6)}"
         print(row)
 
 
@@ -806,7 +809,7 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
             row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
             same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} batch", notes))
             own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
-            steal = _share(res.get("steal_seconds"), res["seconds"] * (os.cpu_count() or 1)) if res and v else None
+            steal = _steal_share(res)
             if steal is not None and steal >= STEAL_NOTE:
                 notes.append(
                     f"{name} {r} {label} batch: the hypervisor took {100 * steal:.0f}% of the cores' time "
@@ -948,7 +951,7 @@ def main() -> int:
             )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
-            print_cpu(libs, single, nbytes, os.cpu_count() or 1)
+            print_cpu(libs, single, nbytes)
             print_kinds(libs, single, texts)
             if batch:
                 print_batch(name, libs, batch, single, nbytes, texts, threads, runner.notes)
