@@ -87,6 +87,15 @@ impl Encoder {
             } else {
                 bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
             }
+        } else if bytes.len() == 3 {
+            // The three-byte table answers exactly and from the CPU's cache: no piece
+            // cache, and a piece that is no token merges without any lookup.
+            let whole = self.vocab.three_rank(bytes[0], bytes[1], bytes[2]);
+            if whole != Rank::MAX {
+                out.push(whole);
+            } else {
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
+            }
         } else if bytes.len() <= INLINE_MAX {
             let key = inline_key(bytes);
             if !cache.usage.caching() {

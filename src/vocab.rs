@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Rank, Result};
+use crate::three_byte_tokens::ThreeByteTokens;
 use crate::token_table::ShortTokens;
 
 /// Ranks for byte strings plus a flat reverse table (id -> bytes) covering the mergeable
@@ -15,6 +16,9 @@ pub struct Vocab {
     /// The tokens of at most [`INLINE_MAX`] bytes again, keyed inline (no pointer to chase
     /// on lookup): almost every lookup the encoder makes is for such a short string.
     short: ShortTokens,
+    /// The three-byte tokens again, indexed by their first two bytes (`None` only for a
+    /// vocabulary with more two-byte prefixes than it can number).
+    three: Option<ThreeByteTokens>,
     /// The longest mergeable token: a longer string is never a token, without hashing it.
     max_len: usize,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
@@ -123,10 +127,12 @@ impl Vocab {
             }
         }
         let short = ShortTokens::new(ranks.iter().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, &v)| (inline_key(k), v)));
+        let three = ThreeByteTokens::new(ranks.iter().filter(|(k, _)| k.len() == 3).map(|(k, &v)| (&k[..], v)));
         let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
         Ok(Self {
             ranks,
             short,
+            three,
             max_len,
             byte_ranks,
             pair_ranks,
@@ -151,6 +157,10 @@ impl Vocab {
                 let r = self.pair_rank(bytes[0], bytes[1]);
                 (r != Rank::MAX).then_some(r)
             }
+            3 => {
+                let r = self.three_rank(bytes[0], bytes[1], bytes[2]);
+                (r != Rank::MAX).then_some(r)
+            }
             n if n <= INLINE_MAX => self.short.get(inline_key(bytes)),
             n if n > self.max_len => None,
             _ => self.ranks.get(bytes).copied(),
@@ -167,6 +177,15 @@ impl Vocab {
     #[inline(always)]
     pub fn pair_rank(&self, a: u8, b: u8) -> Rank {
         self.pair_ranks[(a as usize) << 8 | b as usize]
+    }
+
+    /// The rank of the three bytes `a b c`, `Rank::MAX` when they are no token.
+    #[inline(always)]
+    pub fn three_rank(&self, a: u8, b: u8, c: u8) -> Rank {
+        match &self.three {
+            Some(t) => t.get(a, b, c),
+            None => self.short.get(inline_key(&[a, b, c])).unwrap_or(Rank::MAX),
+        }
     }
 
     /// The rank of a string of 2..=[`INLINE_MAX`] bytes given by its [`inline_key`].
@@ -280,6 +299,52 @@ mod tests {
         let v = Vocab::new(ranks, specials).unwrap();
         assert_eq!(v.decode(&[0, 5]).unwrap(), b"a<x>");
         assert_eq!(v.special_id("<y>"), Some(5));
+    }
+
+    #[test]
+    fn three_byte_strings_ranked_by_either_table() {
+        // Two vocabularies with the same three-byte tokens among others: one with few
+        // two-byte prefixes (the prefix-indexed table answers), one with a three-byte
+        // token for every prefix (too many to number: the general table answers). Every
+        // three-byte string over a small alphabet gets the rank the map gives it.
+        let alphabet = [0u8, b'a', b'b', b' ', 0x80, 0xFF];
+        for every_prefix in [false, true] {
+            let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
+            let mut next = 256;
+            let mut add = |t: Vec<u8>, ranks: &mut FxHashMap<Vec<u8>, Rank>| {
+                if !ranks.contains_key(&t) {
+                    ranks.insert(t, next);
+                    next += 1;
+                }
+            };
+            for (i, &a) in alphabet.iter().enumerate() {
+                for (j, &b) in alphabet.iter().enumerate() {
+                    for (k, &c) in alphabet.iter().enumerate() {
+                        if (i * 7 + j * 3 + k) % 4 == 0 {
+                            add(vec![a, b, c], &mut ranks);
+                        }
+                    }
+                }
+            }
+            add(b"ab".to_vec(), &mut ranks);
+            add(b"abab".to_vec(), &mut ranks);
+            if every_prefix {
+                for p in 0..=u16::MAX {
+                    add(vec![(p >> 8) as u8, p as u8, b'z'], &mut ranks);
+                }
+            }
+            let v = Vocab::new(ranks.clone(), vec![]).unwrap();
+            assert_eq!(v.three.is_none(), every_prefix);
+            for &a in &alphabet {
+                for &b in &alphabet {
+                    for c in [0u8, b'a', b'b', b'z', b' ', 0x80, 0xC0, 0xFF] {
+                        let t = [a, b, c];
+                        assert_eq!(v.rank(&t), ranks.get(&t[..]).copied(), "{t:?}");
+                        assert_eq!(v.three_rank(a, b, c), ranks.get(&t[..]).copied().unwrap_or(Rank::MAX), "{t:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
