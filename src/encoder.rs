@@ -88,8 +88,8 @@ impl Encoder {
                 bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
             }
         } else if bytes.len() == 3 {
-            // The three-byte table answers exactly and from the CPU's cache: no piece
-            // cache, and a piece that is no token merges without any lookup.
+            // The three-byte table answers exactly and from the CPU's cache, so no piece
+            // cache; a piece that is no token merges from the dense pair table alone.
             let whole = self.vocab.three_rank(bytes[0], bytes[1], bytes[2]);
             if whole != Rank::MAX {
                 out.push(whole);

@@ -1,8 +1,9 @@
 //! The ranks of the vocabulary's three-byte tokens, indexed by their first two bytes.
 //!
-//! Three-byte strings are the commonest lookup of byte-pair merging (44% of the lookups
-//! made while merging the pieces of a 20 MB stream with cl100k_base, 62% of them tokens),
-//! and three-byte pieces are common in text whose pieces never repeat. The general token
+//! Three-byte strings are the commonest lookup of byte-pair merging (44% of the lookups of
+//! three or more bytes made while merging the distinct pieces of a 20 MB stream with
+//! cl100k_base; 62% of them are tokens), and three-byte pieces are common in text whose
+//! pieces never repeat. The general token
 //! table answers them with a Bloom filter probe and a hash table probe whose entry is
 //! usually a load from the last-level cache or memory. Here the first two bytes index a
 //! dense table of groups, and a group's 256-bit set says which third bytes make a token;
@@ -35,11 +36,8 @@ impl ThreeByteTokens {
     /// The table of `tokens`, the `(bytes, rank)` of every three-byte token; `None` if they
     /// have more distinct two-byte prefixes than a group number can count (no real
     /// vocabulary comes near 65,535).
-    pub fn new<'a>(tokens: impl IntoIterator<Item = (&'a [u8], Rank)>) -> Option<Self> {
-        let mut tokens: Vec<([u8; 3], Rank)> = tokens
-            .into_iter()
-            .map(|(b, r)| ([b[0], b[1], b[2]], r))
-            .collect();
+    pub fn new(tokens: impl IntoIterator<Item = ([u8; 3], Rank)>) -> Option<Self> {
+        let mut tokens: Vec<([u8; 3], Rank)> = tokens.into_iter().collect();
         tokens.sort_unstable();
         let mut group_of = vec![0u16; 1 << 16].into_boxed_slice();
         let mut groups: Vec<Group> = Vec::new();
@@ -103,7 +101,7 @@ mod tests {
         tokens.push([9, 9, 63]);
         tokens.push([9, 9, 64]);
         let rank = |t: &[u8; 3]| (t[0] as Rank * 65_521 + t[1] as Rank * 257 + t[2] as Rank * 31) % 1_000_003;
-        let table = ThreeByteTokens::new(tokens.iter().map(|t| (&t[..], rank(t)))).unwrap();
+        let table = ThreeByteTokens::new(tokens.iter().map(|t| (*t, rank(t)))).unwrap();
         let set: std::collections::HashSet<[u8; 3]> = tokens.iter().copied().collect();
         for a in [0u8, 1, 9, b' ', 0x80, 255] {
             for b in [0u8, 2, 9, b't', 255] {

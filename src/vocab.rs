@@ -127,7 +127,7 @@ impl Vocab {
             }
         }
         let short = ShortTokens::new(ranks.iter().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, &v)| (inline_key(k), v)));
-        let three = ThreeByteTokens::new(ranks.iter().filter(|(k, _)| k.len() == 3).map(|(k, &v)| (&k[..], v)));
+        let three = ThreeByteTokens::new(ranks.iter().filter_map(|(k, &v)| Some((<[u8; 3]>::try_from(&k[..]).ok()?, v))));
         let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
         Ok(Self {
             ranks,
