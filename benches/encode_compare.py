@@ -33,7 +33,10 @@ Rows, per encoding (``--encodings``):
 * batch: tokenmill's and tiktoken's ``encode_ordinary_batch(docs, num_threads=<usable
   cores>)`` on the same two slices (fresh processes too), and tokenmill's batch MB/s over
   its own one-thread MB/s; a note names each batch run during which the hypervisor took at
-  least 5% of the cores' time (the parallel speed-up then measures the host);
+  least 5% of the cores' time (the parallel speed-up then measures the host). Below the
+  table, that ratio's two factors: the batch's MB per CPU second over the one-thread
+  run's (1.00: running in parallel costs nothing per byte) and the cores the batch used
+  on average (its CPU time over its wall time);
 * worst cases (tokenmill and tiktoken, one call on one document each): 1 MB of one
   repeated letter, of letters and punctuation without whitespace (fixed seed), of digits
   (fixed seed) and of spaces; their MB/s, and tokenmill's over its own short-run MB/s
@@ -816,6 +819,22 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
                     f"during the run (its wall-time MB/s, and the batch / one-thread ratio, suffer)"
                 )
         print(f"{row} {_same(same):>9}  {', '.join(own)}")
+    # The wall-time ratio above is the product of two things: how many cores the batch
+    # actually got (the host may take one away) and how much work a CPU second does with
+    # several threads against one (the cost of running in parallel: shared caches, memory
+    # bandwidth, coordination). Printing both tells a slow host from slow code.
+    for lib in BATCH_LIBS:
+        if lib not in libs:
+            continue
+        parts = []
+        for r, n in nbytes.items():
+            res = batch.get((lib, r))
+            eff = _ratio(_mbps(res, n, "cpu_seconds"), _mbps(single.get((lib, r)), n, "cpu_seconds"))
+            cores = res["cpu_seconds"] / res["seconds"] if res and res.get("seconds") else None
+            if eff is not None and cores is not None:
+                parts.append(f"{r} {eff:.2f} on {cores:.2f} cores")
+        if parts:
+            print(f"  {LIBRARIES[lib][2]} batch MB per CPU second / own one-thread's: {', '.join(parts)}")
 
 
 def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
