@@ -716,9 +716,10 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
                 same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label}", notes))
             if res is None:
                 continue
-            if res["cpu_seconds"] > 1.1 * res["seconds"]:
+            cores = _cores(res)
+            if cores is not None and cores > 1.1:
                 notes.append(
-                    f"{name} {r} {label}: used {res['cpu_seconds'] / res['seconds']:.1f} cores on average "
+                    f"{name} {r} {label}: used {cores:.1f} cores on average "
                     f"(CPU s / wall s) in its one-thread pass"
                 )
             if "segment_cache_stats" in res["notes"]:
@@ -728,6 +729,11 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
 
 def _share(part: Optional[float], whole: float) -> Optional[float]:
     return None if part is None or whole <= 0 else max(0.0, min(1.0, part / whole))
+
+
+def _cores(res: Optional[dict]) -> Optional[float]:
+    """The cores a run used on average: its CPU seconds over its wall seconds."""
+    return res["cpu_seconds"] / res["seconds"] if res and res.get("seconds") else None
 
 
 def _steal_share(res: Optional[dict]) -> Optional[float]:
@@ -801,17 +807,25 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
     print(f"batch, encode_ordinary_batch(docs, num_threads={threads}):")
     _header("library", list(nbytes), "  batch / own one-thread MB/s")
     tm = {r: _mbps(batch.get(("tokenmill", r)), n) for r, n in nbytes.items()}
+    lines: List[str] = []  # each library's factors, printed under the table
     for lib in BATCH_LIBS:
         if lib not in libs:
             continue
         label = LIBRARIES[lib][2]
-        row, same, own = f"  {label:<15}", [], []
+        row, same, own, factors = f"  {label:<15}", [], [], []
         for r, n in nbytes.items():
             res = batch.get((lib, r))
             v = _mbps(res, n)
             row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
             same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} batch", notes))
             own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
+            # The wall-time ratio's two factors: the cores the batch got (the host may take
+            # one away) and the work a CPU second does with several threads against one
+            # (the cost of running in parallel). Both together tell a slow host from slow code.
+            eff = _ratio(_mbps(res, n, "cpu_seconds"), _mbps(single.get((lib, r)), n, "cpu_seconds"))
+            cores = _cores(res)
+            if eff is not None and cores is not None:
+                factors.append(f"{r} {eff:.2f} on {cores:.2f} cores")
             steal = _steal_share(res)
             if steal is not None and steal >= STEAL_NOTE:
                 notes.append(
@@ -819,22 +833,10 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
                     f"during the run (its wall-time MB/s, and the batch / one-thread ratio, suffer)"
                 )
         print(f"{row} {_same(same):>9}  {', '.join(own)}")
-    # The wall-time ratio above is the product of two things: how many cores the batch
-    # actually got (the host may take one away) and how much work a CPU second does with
-    # several threads against one (the cost of running in parallel: shared caches, memory
-    # bandwidth, coordination). Printing both tells a slow host from slow code.
-    for lib in BATCH_LIBS:
-        if lib not in libs:
-            continue
-        parts = []
-        for r, n in nbytes.items():
-            res = batch.get((lib, r))
-            eff = _ratio(_mbps(res, n, "cpu_seconds"), _mbps(single.get((lib, r)), n, "cpu_seconds"))
-            cores = res["cpu_seconds"] / res["seconds"] if res and res.get("seconds") else None
-            if eff is not None and cores is not None:
-                parts.append(f"{r} {eff:.2f} on {cores:.2f} cores")
-        if parts:
-            print(f"  {LIBRARIES[lib][2]} batch MB per CPU second / own one-thread's: {', '.join(parts)}")
+        if factors:
+            lines.append(f"  {label} batch MB per CPU second / own one-thread's: {', '.join(factors)}")
+    for line in lines:
+        print(line)
 
 
 def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
