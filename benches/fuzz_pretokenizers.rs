@@ -38,13 +38,27 @@ impl Rng {
     }
 }
 
+/// ASCII only, for the long mostly-ASCII strings that exercise the bit-parallel windows
+/// of the cl100k family (`bitwise_split.rs`): whitespace, apostrophes and the contraction
+/// letters, letters, digits, punctuation and control bytes.
+const ASCII_POOLS: &[&[u32]] = &[
+    &[0x20, 0x20, 0x20, 0x9, 0xA, 0xA, 0xD, 0xB, 0xC],
+    &[0x27, 0x27, 0x73, 0x53, 0x74, 0x54, 0x64, 0x44, 0x6D, 0x4D, 0x6C, 0x4C, 0x76, 0x56, 0x65, 0x45, 0x72, 0x52],
+    &[0x41, 0x5A, 0x61, 0x7A, 0x6B, 0x4B, 0x71, 0x78],
+    &[0x30, 0x31, 0x35, 0x39],
+    &[0x21, 0x22, 0x2F, 0x2C, 0x2E, 0x3F, 0x2D, 0x5F, 0x7E, 0x3C, 0x7C, 0x28, 0x29, 0x7B, 0x3B, 0x0, 0x1F, 0x7F],
+];
+
 /// A random string: code points from the pools, sometimes in runs (long whitespace,
-/// letters, digits), up to a few hundred characters.
+/// letters, digits). Half are up to a few dozen characters from every pool; the other
+/// half are a few hundred bytes, mostly ASCII, with a character from the other pools now
+/// and then.
 fn generate(rng: &mut Rng) -> String {
     let mut s = String::new();
-    let parts = rng.below(24);
+    let mostly_ascii = rng.below(2) == 0;
+    let parts = if mostly_ascii { 40 + rng.below(200) } else { rng.below(24) };
     for _ in 0..parts {
-        let pool = POOLS[rng.below(POOLS.len())];
+        let pool = if mostly_ascii && rng.below(16) != 0 { ASCII_POOLS[rng.below(ASCII_POOLS.len())] } else { POOLS[rng.below(POOLS.len())] };
         let c = char::from_u32(pool[rng.below(pool.len())]).expect("valid code point");
         let repeat = if rng.below(8) == 0 { 1 + rng.below(40) } else { 1 };
         for _ in 0..repeat {

@@ -6,7 +6,9 @@
 //! a fork-safe rayon pool. The PyO3 bindings live in `python.rs`, compiled only with the
 //! `python` feature, so `cargo test` needs no libpython.
 
+pub mod ascii_classes;
 pub mod batch;
+pub mod bitwise_split;
 pub mod bpe;
 pub mod bpe_runs;
 pub mod char_classes;

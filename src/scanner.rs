@@ -4,8 +4,11 @@
 //! `\s*`, possessive quantifiers, case-insensitive contractions (`ſ` folds to `s`), and the
 //! `\s+(?!\S)` lookahead — in one forward pass with no regex machinery. Character classes
 //! come from the regex engines' own Unicode tables (`char_classes.rs`). Differential tests
-//! against fancy-regex (here and in the Python suite) check the equivalence.
+//! against fancy-regex (here and in the Python suite) check the equivalence. The cl100k
+//! family splits ASCII text a window of 64 bytes at a time (`bitwise_split.rs`) and
+//! falls back to the character-by-character scan here elsewhere.
 
+use crate::bitwise_split;
 use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
 
 /// Which pattern a scanner reproduces.
@@ -141,6 +144,12 @@ impl Scanner {
     /// Calls `f` with the start and end of each piece of `text`, in order.
     #[inline(always)]
     fn for_each_span<E>(&self, text: &str, mut f: impl FnMut(usize, usize) -> Result<(), E>) -> Result<(), E> {
+        if let Some(spans) = self.cl100k_spans(text) {
+            for (i, end) in spans {
+                f(i, end)?;
+            }
+            return Ok(());
+        }
         let b = text.as_bytes();
         let mut i = 0;
         while i < b.len() {
@@ -154,6 +163,19 @@ impl Scanner {
             i = end;
         }
         Ok(())
+    }
+
+    /// The cl100k family's pieces of `text` as an iterator of `(start, end)` byte offsets,
+    /// or `None` for the other families. The encoder loops over it directly, so that its
+    /// per-piece work is inlined into the loop.
+    #[inline(always)]
+    pub fn cl100k_spans<'s, 't>(&'s self, text: &'t str) -> Option<Cl100kSpans<'s, 't>> {
+        match self.family {
+            Family::Cl100k { max_digits, run_to_end_first } => {
+                Some(Cl100kSpans { scanner: self, b: text.as_bytes(), i: 0, ends: 0, base: 0, max_digits, run_to_end_first })
+            }
+            _ => None,
+        }
     }
 
     /// `(flags, code point, byte length)` of the character at `i`.
@@ -485,6 +507,53 @@ impl Scanner {
             Err(u) if u > i => Some(self.o200k_contraction(b, self.run(b, u, LOWERISH))),
             _ => None,
         }
+    }
+}
+
+/// The pieces of a text under a cl100k-family pattern (see [`Scanner::cl100k_spans`]):
+/// whole windows of ASCII text at a time (`bitwise_split.rs`), one piece at a time
+/// elsewhere (non-ASCII text, the last 64 bytes, runs longer than a window).
+pub struct Cl100kSpans<'s, 't> {
+    scanner: &'s Scanner,
+    b: &'t [u8],
+    /// Start of the next piece.
+    i: usize,
+    /// Ends of the pieces still to come from the last window, as bits from `base`.
+    ends: u64,
+    base: usize,
+    max_digits: usize,
+    run_to_end_first: bool,
+}
+
+impl Iterator for Cl100kSpans<'_, '_> {
+    type Item = (usize, usize);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let (b, i) = (self.b, self.i);
+        if i >= b.len() {
+            return None;
+        }
+        if self.ends == 0 {
+            // A window pays when at least its first sixteen bytes are ASCII.
+            let ascii_ahead = b.get(i..i + 64).is_some_and(|w| {
+                let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
+                (x | y) & 0x8080_8080_8080_8080 == 0
+            });
+            if let Some(starts) = ascii_ahead.then(|| bitwise_split::cl100k_starts(b, i, self.max_digits as u32)).flatten() {
+                (self.ends, self.base) = (starts & (starts - 1), i);
+            }
+        }
+        let end = if self.ends != 0 {
+            let e = self.base + self.ends.trailing_zeros() as usize;
+            self.ends &= self.ends - 1;
+            e
+        } else {
+            self.scanner.cl100k(b, i, self.max_digits, self.run_to_end_first)
+        };
+        debug_assert!(end > i);
+        self.i = end;
+        Some((i, end))
     }
 }
 

@@ -1,0 +1,181 @@
+//! Bit-parallel pre-tokenization of the cl100k family of patterns (cl100k, its older
+//! spellings, nanochat's two-digit variant) over 64-byte windows of ASCII text.
+//!
+//! The scanner (`scanner.rs`) decides each piece with a few branches on the characters at
+//! its start, and on real text those branches are hard to predict: about one
+//! misprediction per piece. Here the piece starts of a whole window come from its class
+//! bitmaps (`ascii_classes.rs`) with shifts, masks and two additions, whatever the
+//! pieces; the scanner then only walks the set bits.
+//!
+//! A window always begins where a piece begins, and what the pattern matches from there
+//! on depends on nothing before it (the pattern has no look-behind), so bit 0 is treated
+//! as the start of the text. The end of the window is unknown territory: the piece that
+//! runs into it may go on, a whitespace run there may end in a way that moves its last
+//! split, so piece starts are only reported up to the start of the last run of one kind
+//! (letters, digits, whitespace, other). The caller emits the pieces before that point
+//! and opens the next window where the last one starts.
+//!
+//! The rules, for ASCII, with `L` letters, `D` digits, `S` whitespace, `N` `\r`/`\n`, `W`
+//! whitespace other than `N`, `O` everything else:
+//! * `'(?i:[sdmt]|ll|ve|re)`: an apostrophe that starts a piece, followed by those letters;
+//! * `[^\r\n\p{L}\p{N}]?\p{L}+`: a letter run starts a piece unless the character before
+//!   it is `W` (the last character of a whitespace run always starts a piece of its own)
+//!   or an `O` that starts a piece of its own, that is an `O` run of length one not led by
+//!   a space;
+//! * `\p{N}{1,3}`: digit runs split every three digits from their start (two for nanochat);
+//! * ` ?[^\s\p{L}\p{N}]++[\r\n]*`: an `O` run is one piece, with the space before it if
+//!   there is one, and with the `N`s right after it;
+//! * `\s*[\r\n]`, `\s+(?!\S)`, `\s`: a whitespace run (less the newlines an `O` run took)
+//!   starts a piece; if it holds newlines, a piece starts after its last one; if two or
+//!   more `W`s end it, its last character starts a piece (which takes a following letter
+//!   run, or, if it is a space, a following `O` run);
+//! * `\s++$`: only at the end of the text, which a window never reports.
+
+use crate::ascii_classes::Classes;
+
+/// The piece starts of the window at `text[at..at + 64]` (bit `j`: a piece starts at
+/// `at + j`, bit 0 always set), reported up to the highest one that is certain; `None`
+/// when that is bit 0 (no whole piece in the window).
+#[inline(always)]
+pub fn cl100k_starts(text: &[u8], at: usize, max_digits: u32) -> Option<u64> {
+    let window: &[u8; 64] = text[at..at + 64].try_into().unwrap();
+    let c = Classes::of(window);
+    if c.len == 0 {
+        return None;
+    }
+    let (letter, digit, space, newline, blank) = (c.letter, c.digit, c.space, c.newline, c.blank);
+    let other = c.other();
+    let w = space & !newline;
+
+    // Newlines right after an `O` run belong to its piece: adding the first one's bit
+    // carries through the run of newlines and clears it.
+    let taken = newline & !newline.wrapping_add(newline & (other << 1));
+    // Whitespace runs, less those newlines.
+    let ws = space & !taken;
+    let ws_last = ws & !(ws >> 1);
+    // After the last newline of a whitespace run: the run's final `W`s, when a newline
+    // precedes them. A `W` run is final when no newline follows it; mark whole runs by
+    // spreading their final bit downwards.
+    let w_final_end = w & !(w >> 1) & !(newline >> 1);
+    let after_newline = spread_down(w_final_end, w) & (newline << 1);
+    // The last of two or more `W`s ending a run.
+    let ws_split = ws_last & w & (w << 1);
+    let spaces = (ws & !(ws << 1)) | after_newline | ws_split;
+
+    // `O` runs, unless a space leads them; those that start their own piece may take a
+    // letter run right after them.
+    let other_starts = other & !(other << 1) & !(blank << 1);
+    let letters = letter & !(letter << 1) & !((w | other_starts) << 1);
+
+    let mut digits = digit & !(digit << 1);
+    // Bits with `max_digits` digits ending there.
+    let full = match max_digits {
+        3 => digit & (digit << 1) & (digit << 2),
+        2 => digit & (digit << 1),
+        _ => (1..max_digits).fold(digit, |full, k| full & (digit << k)),
+    };
+    let mut group = digits;
+    loop {
+        group = (group << max_digits) & full;
+        if group == 0 {
+            break;
+        }
+        digits |= group;
+    }
+
+    // Contractions: an apostrophe starting its piece with a letter after it.
+    let mut contractions = 0;
+    let mut quotes = c.apostrophe & other_starts & (letter >> 1);
+    while quotes != 0 {
+        let q = quotes.trailing_zeros() as usize;
+        quotes &= quotes - 1;
+        let a = text[at + q + 1] | 0x20;
+        let b = if q + 2 < c.len as usize { text[at + q + 2] | 0x20 } else { 0 };
+        let end = match (a, b) {
+            (b's' | b'd' | b'm' | b't', _) => q + 2,
+            (b'l', b'l') | (b'v' | b'r', b'e') => q + 3,
+            _ => continue,
+        };
+        if end < 64 {
+            contractions |= 1 << end;
+        }
+    }
+
+    let starts = spaces | other_starts | letters | digits | contractions;
+    // The last run of one kind reaching the window's end may go on past it: report
+    // starts up to its first character.
+    let top = c.len - 1;
+    let kind = [letter, digit, space, other].into_iter().find(|k| k >> top & 1 == 1).unwrap_or(0);
+    let before = c.valid & !kind;
+    let last_run = if before == 0 { 0 } else { 64 - before.leading_zeros() };
+    let starts = starts & (2u64 << last_run).wrapping_sub(1);
+    (starts > 1).then_some(starts)
+}
+
+/// The bits of `within` from which a run of `within` bits reaches a bit of `seeds`
+/// (itself in `within`), in six doubling steps.
+#[inline(always)]
+fn spread_down(seeds: u64, within: u64) -> u64 {
+    let (mut g, mut p) = (seeds, within);
+    for k in [1, 2, 4, 8, 16, 32] {
+        g |= p & (g >> k);
+        p &= p >> k;
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::pretokenize::Splitter;
+    use crate::scanner::Scanner;
+
+    /// Long, mostly ASCII strings (so that windows are used) made of the pieces that
+    /// decide the splits: letters and the contraction letters in both cases, apostrophes,
+    /// digit runs, every kind of ASCII whitespace in runs, punctuation and control bytes,
+    /// and now and then a non-ASCII letter, space or mark to cut a window short.
+    fn generate(state: &mut u64) -> String {
+        const ATOMS: &[&str] = &[
+            " ", " ", " ", "  ", "    ", "\t", "\n", "\n", "\r\n", "\r", "\u{b}", "\u{c}", "a", "x", "Q", "s", "S", "t",
+            "d", "m", "l", "L", "v", "e", "E", "r", "R", "'", "'", "''", "1", "42", "2026", "1234567", ".", "(", ")",
+            "\"", "-", "/", "{", "}", ";", "\0", "\u{1f}", "\u{7f}", "the", "Hello", "don't", "WE'LL", "you're",
+            " 's", "'ve", "é", "中", "\u{a0}", "\u{85}", "\u{301}", "ſ",
+        ];
+        let mut next = || {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *state
+        };
+        let mut s = String::new();
+        let target = 64 + (next() % 256) as usize;
+        while s.len() < target {
+            let atom = ATOMS[(next() % ATOMS.len() as u64) as usize];
+            // Non-ASCII atoms are rarer, so most windows run their full length.
+            if !atom.is_ascii() && next() % 8 != 0 {
+                continue;
+            }
+            let repeat = if next() % 10 == 0 { 1 + (next() % 70) as usize } else { 1 };
+            for _ in 0..repeat {
+                s.push_str(atom);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn windows_split_as_fancy_regex_does() {
+        let patterns: Vec<&str> = Scanner::known_patterns()
+            .filter(|p| matches!(Scanner::for_pattern(p).map(|s| s.family()), Some(crate::scanner::Family::Cl100k { .. })))
+            .collect();
+        assert_eq!(patterns.len(), 4);
+        let splitters: Vec<(Splitter, Splitter)> =
+            patterns.iter().map(|p| (Splitter::new(p).unwrap(), Splitter::new_reference(p).unwrap())).collect();
+        let mut state = 0x853C_49E6_748F_EA9Bu64;
+        for _ in 0..3000 {
+            let text = generate(&mut state);
+            for (p, (scan, reference)) in patterns.iter().zip(&splitters) {
+                assert_eq!(scan.pieces(&text).unwrap(), reference.pieces(&text).unwrap(), "pattern {p} on {text:?}");
+            }
+        }
+    }
+}
