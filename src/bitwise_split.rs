@@ -103,12 +103,18 @@ pub fn cl100k_starts(text: &[u8], at: usize, max_digits: u32) -> Option<u64> {
 
     let starts = spaces | other_starts | letters | digits | contractions;
     // The last run of one kind reaching the window's end may go on past it: report
-    // starts up to its first character.
+    // starts up to its first character. In a run of digits the groups' starts are
+    // certain: report up to the last (a megabyte of digits then takes one window per 63
+    // digits, not one per group).
     let top = c.len - 1;
-    let kind = [letter, digit, space, other].into_iter().find(|k| k >> top & 1 == 1).unwrap_or(0);
-    let before = c.valid & !kind;
-    let last_run = if before == 0 { 0 } else { 64 - before.leading_zeros() };
-    let starts = starts & (2u64 << last_run).wrapping_sub(1);
+    let last = if digit >> top & 1 == 1 {
+        63 - digits.leading_zeros()
+    } else {
+        let kind = [letter, space, other].into_iter().find(|k| k >> top & 1 == 1).unwrap_or(0);
+        let before = c.valid & !kind;
+        if before == 0 { 0 } else { 64 - before.leading_zeros() }
+    };
+    let starts = starts & (2u64 << last).wrapping_sub(1);
     (starts > 1).then_some(starts)
 }
 
