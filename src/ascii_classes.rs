@@ -145,7 +145,7 @@ mod tests {
         for (j, &x) in window.iter().enumerate().take(len as usize) {
             let f = table.of(x as u32);
             let bit = 1u64 << j;
-            let mut set = |on: bool, map: &mut u64| {
+            let set = |on: bool, map: &mut u64| {
                 if on {
                     *map |= bit;
                 }

@@ -58,22 +58,14 @@ impl Encoder {
 
     fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
         let mut last = 0;
-        // The scanner's loop gets its own copy of the per-piece work, inlined into it (one
-        // closure shared by every engine's loop stayed a call per piece). The cl100k family
-        // comes as an iterator, its loop here: through a closure, the per-piece work was
-        // not inlined once the bit-parallel windows joined the loop.
+        // The scanner's spans come as an iterator looped over here, so that the per-piece
+        // work is inlined into this loop (through a closure it stayed a call per piece once
+        // the bit-parallel windows joined the scanner's loop).
         if let Splitter::Scan(scanner) = &self.splitter {
-            if let Some(spans) = scanner.cl100k_spans(text) {
-                let b = text.as_bytes();
-                for (start, end) in spans {
-                    last = self.encode_piece(&b[start..end], out, scratch, cache)?;
-                }
-                return Ok(last);
+            let b = text.as_bytes();
+            for (start, end) in scanner.spans(text) {
+                last = self.encode_piece(&b[start..end], out, scratch, cache)?;
             }
-            scanner.for_each_piece_bytes(text, |bytes| {
-                last = self.encode_piece(bytes, out, scratch, cache)?;
-                Ok::<(), Error>(())
-            })?;
         } else {
             self.splitter.for_each_piece(text, |piece| {
                 last = self.encode_piece(piece.as_bytes(), out, scratch, cache)?;

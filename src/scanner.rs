@@ -130,52 +130,17 @@ impl Scanner {
     /// Calls `f` with each piece of `text`, in order.
     #[inline]
     pub fn for_each_piece<'t, E>(&self, text: &'t str, mut f: impl FnMut(&'t str) -> Result<(), E>) -> Result<(), E> {
-        self.for_each_span(text, |i, end| f(&text[i..end]))
-    }
-
-    /// As [`Scanner::for_each_piece`], with each piece as bytes: the encoder needs no
-    /// `&str`, and slicing bytes skips the two character-boundary checks per piece.
-    #[inline]
-    pub fn for_each_piece_bytes<'t, E>(&self, text: &'t str, mut f: impl FnMut(&'t [u8]) -> Result<(), E>) -> Result<(), E> {
-        let b = text.as_bytes();
-        self.for_each_span(text, |i, end| f(&b[i..end]))
-    }
-
-    /// Calls `f` with the start and end of each piece of `text`, in order.
-    #[inline(always)]
-    fn for_each_span<E>(&self, text: &str, mut f: impl FnMut(usize, usize) -> Result<(), E>) -> Result<(), E> {
-        if let Some(spans) = self.cl100k_spans(text) {
-            for (i, end) in spans {
-                f(i, end)?;
-            }
-            return Ok(());
-        }
-        let b = text.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            let end = match self.family {
-                Family::R50k => self.r50k(b, i),
-                Family::Cl100k { max_digits, run_to_end_first } => self.cl100k(b, i, max_digits, run_to_end_first),
-                Family::O200k => self.o200k(b, i),
-            };
-            debug_assert!(end > i && text.is_char_boundary(end));
-            f(i, end)?;
-            i = end;
+        for (i, end) in self.spans(text) {
+            f(&text[i..end])?;
         }
         Ok(())
     }
 
-    /// The cl100k family's pieces of `text` as an iterator of `(start, end)` byte offsets,
-    /// or `None` for the other families. The encoder loops over it directly, so that its
-    /// per-piece work is inlined into the loop.
+    /// The pieces of `text` as an iterator of `(start, end)` byte offsets. The encoder
+    /// loops over it directly, so that its per-piece work is inlined into the loop.
     #[inline(always)]
-    pub fn cl100k_spans<'s, 't>(&'s self, text: &'t str) -> Option<Cl100kSpans<'s, 't>> {
-        match self.family {
-            Family::Cl100k { max_digits, run_to_end_first } => {
-                Some(Cl100kSpans { scanner: self, b: text.as_bytes(), i: 0, ends: 0, base: 0, max_digits, run_to_end_first })
-            }
-            _ => None,
-        }
+    pub fn spans<'s, 't>(&'s self, text: &'t str) -> Spans<'s, 't> {
+        Spans { scanner: self, b: text.as_bytes(), i: 0, ends: 0, base: 0 }
     }
 
     /// `(flags, code point, byte length)` of the character at `i`.
@@ -510,10 +475,11 @@ impl Scanner {
     }
 }
 
-/// The pieces of a text under a cl100k-family pattern (see [`Scanner::cl100k_spans`]):
-/// whole windows of ASCII text at a time (`bitwise_split.rs`), one piece at a time
-/// elsewhere (non-ASCII text, the last 64 bytes, runs longer than a window).
-pub struct Cl100kSpans<'s, 't> {
+/// The pieces of a text (see [`Scanner::spans`]). The cl100k family takes whole windows
+/// of ASCII text at a time (`bitwise_split.rs`), and one piece at a time elsewhere
+/// (non-ASCII text, the last 64 bytes, runs longer than a window); the other families one
+/// piece at a time.
+pub struct Spans<'s, 't> {
     scanner: &'s Scanner,
     b: &'t [u8],
     /// Start of the next piece.
@@ -521,37 +487,50 @@ pub struct Cl100kSpans<'s, 't> {
     /// Ends of the pieces still to come from the last window, as bits from `base`.
     ends: u64,
     base: usize,
-    max_digits: usize,
-    run_to_end_first: bool,
 }
 
-impl Iterator for Cl100kSpans<'_, '_> {
+impl Spans<'_, '_> {
+    /// The end of the next piece of the last window.
+    #[inline(always)]
+    fn pop(&mut self) -> usize {
+        let e = self.base + self.ends.trailing_zeros() as usize;
+        self.ends &= self.ends - 1;
+        e
+    }
+}
+
+impl Iterator for Spans<'_, '_> {
     type Item = (usize, usize);
 
     #[inline(always)]
     fn next(&mut self) -> Option<(usize, usize)> {
-        let (b, i) = (self.b, self.i);
+        let (b, i, scanner) = (self.b, self.i, self.scanner);
         if i >= b.len() {
             return None;
         }
-        if self.ends == 0 {
-            // A window pays when at least its first sixteen bytes are ASCII.
-            let ascii_ahead = b.get(i..i + 64).is_some_and(|w| {
-                let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
-                (x | y) & 0x8080_8080_8080_8080 == 0
-            });
-            if let Some(starts) = ascii_ahead.then(|| bitwise_split::cl100k_starts(b, i, self.max_digits as u32)).flatten() {
-                (self.ends, self.base) = (starts & (starts - 1), i);
-            }
-        }
         let end = if self.ends != 0 {
-            let e = self.base + self.ends.trailing_zeros() as usize;
-            self.ends &= self.ends - 1;
-            e
+            self.pop()
         } else {
-            self.scanner.cl100k(b, i, self.max_digits, self.run_to_end_first)
+            match scanner.family {
+                Family::Cl100k { max_digits, run_to_end_first } => {
+                    // A window pays when at least its first sixteen bytes are ASCII.
+                    let ascii_ahead = b.get(i..i + 64).is_some_and(|w| {
+                        let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
+                        (x | y) & 0x8080_8080_8080_8080 == 0
+                    });
+                    match ascii_ahead.then(|| bitwise_split::cl100k_starts(b, i, max_digits as u32)).flatten() {
+                        Some(starts) => {
+                            (self.ends, self.base) = (starts & (starts - 1), i);
+                            self.pop()
+                        }
+                        None => scanner.cl100k(b, i, max_digits, run_to_end_first),
+                    }
+                }
+                Family::R50k => scanner.r50k(b, i),
+                Family::O200k => scanner.o200k(b, i),
+            }
         };
-        debug_assert!(end > i);
+        debug_assert!(end > i && std::str::from_utf8(&b[i..end]).is_ok());
         self.i = end;
         Some((i, end))
     }
