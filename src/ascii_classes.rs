@@ -33,7 +33,12 @@ impl Classes {
     /// Classifies the ASCII prefix of `window`.
     #[inline(always)]
     pub fn of(window: &[u8; 64]) -> Self {
-        let raw = classify(window);
+        Self::masked(classify(window))
+    }
+
+    /// The bitmaps of `raw` cut at its first byte of 0x80 or more.
+    #[inline(always)]
+    fn masked(raw: Raw) -> Self {
         let len = raw.high.trailing_zeros();
         let valid = if len == 64 { !0 } else { (1u64 << len) - 1 };
         Self {
@@ -161,19 +166,7 @@ mod tests {
     }
 
     fn swar(window: &[u8; 64]) -> Classes {
-        let raw = classify_swar(window);
-        let len = raw.high.trailing_zeros();
-        let valid = if len == 64 { !0 } else { (1u64 << len) - 1 };
-        Classes {
-            letter: raw.letter & valid,
-            digit: raw.digit & valid,
-            space: raw.space & valid,
-            newline: raw.newline & valid,
-            blank: raw.blank & valid,
-            apostrophe: raw.apostrophe & valid,
-            valid,
-            len,
-        }
+        Classes::masked(classify_swar(window))
     }
 
     #[test]
