@@ -39,7 +39,7 @@ impl Rng {
 }
 
 /// ASCII only, for the long mostly-ASCII strings that exercise the bit-parallel windows
-/// of the cl100k family (`bitwise_split.rs`): whitespace, apostrophes and the contraction
+/// of the cl100k family and o200k (`bitwise_split.rs`): whitespace, apostrophes and the contraction
 /// letters, letters, digits, punctuation and control bytes.
 const ASCII_POOLS: &[&[u32]] = &[
     &[0x20, 0x20, 0x20, 0x9, 0xA, 0xA, 0xD, 0xB, 0xC],

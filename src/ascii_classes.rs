@@ -12,6 +12,8 @@
 pub struct Classes {
     /// `[A-Za-z]` (`\p{L}` within ASCII)
     pub letter: u64,
+    /// `[A-Z]` (`\p{Lu}` within ASCII)
+    pub upper: u64,
     /// `[0-9]` (`\p{N}` within ASCII)
     pub digit: u64,
     /// Tab, line feed, vertical tab, form feed, carriage return and space (`\s` within
@@ -23,6 +25,8 @@ pub struct Classes {
     pub blank: u64,
     /// `'`
     pub apostrophe: u64,
+    /// `/`
+    pub slash: u64,
     /// Bits of the ASCII prefix: `(1 << len) - 1`
     pub valid: u64,
     /// Length of the ASCII prefix (64 when the whole window is ASCII)
@@ -43,11 +47,13 @@ impl Classes {
         let valid = if len == 64 { !0 } else { (1u64 << len) - 1 };
         Self {
             letter: raw.letter & valid,
+            upper: raw.upper & valid,
             digit: raw.digit & valid,
             space: raw.space & valid,
             newline: raw.newline & valid,
             blank: raw.blank & valid,
             apostrophe: raw.apostrophe & valid,
+            slash: raw.slash & valid,
             valid,
             len,
         }
@@ -64,11 +70,13 @@ impl Classes {
 #[derive(Default)]
 struct Raw {
     letter: u64,
+    upper: u64,
     digit: u64,
     space: u64,
     newline: u64,
     blank: u64,
     apostrophe: u64,
+    slash: u64,
     high: u64,
 }
 
@@ -85,16 +93,19 @@ fn classify(window: &[u8; 64]) -> Raw {
         // Signed comparisons: bytes of 0x80 or more are negative and fall in no range.
         let lower = bitor_m128i(v, splat(0x20));
         let letter = bitand_m128i(cmp_gt_mask_i8_m128i(lower, splat(b'a' - 1)), cmp_lt_mask_i8_m128i(lower, splat(b'z' + 1)));
+        let upper = bitand_m128i(cmp_gt_mask_i8_m128i(v, splat(b'A' - 1)), cmp_lt_mask_i8_m128i(v, splat(b'Z' + 1)));
         let digit = bitand_m128i(cmp_gt_mask_i8_m128i(v, splat(b'0' - 1)), cmp_lt_mask_i8_m128i(v, splat(b'9' + 1)));
         let blank = cmp_eq_mask_i8_m128i(v, splat(b' '));
         let controls = bitand_m128i(cmp_gt_mask_i8_m128i(v, splat(0x08)), cmp_lt_mask_i8_m128i(v, splat(0x0E)));
         let newline = bitor_m128i(cmp_eq_mask_i8_m128i(v, splat(b'\n')), cmp_eq_mask_i8_m128i(v, splat(b'\r')));
         raw.letter |= mask(letter) << shift;
+        raw.upper |= mask(upper) << shift;
         raw.digit |= mask(digit) << shift;
         raw.space |= mask(bitor_m128i(controls, blank)) << shift;
         raw.newline |= mask(newline) << shift;
         raw.blank |= mask(blank) << shift;
         raw.apostrophe |= mask(cmp_eq_mask_i8_m128i(v, splat(b'\''))) << shift;
+        raw.slash |= mask(cmp_eq_mask_i8_m128i(v, splat(b'/'))) << shift;
         raw.high |= mask(v) << shift;
     }
     raw
@@ -127,11 +138,13 @@ fn classify_swar(window: &[u8; 64]) -> Raw {
         let shift = 8 * k;
         let blank = equal(x, b' ') & ascii;
         raw.letter |= gather(within(x | ONES * 0x20, b'a', b'z') & ascii) << shift;
+        raw.upper |= gather(within(x, b'A', b'Z') & ascii) << shift;
         raw.digit |= gather(within(x, b'0', b'9') & ascii) << shift;
         raw.space |= gather((within(x, 0x09, 0x0D) | blank) & ascii) << shift;
         raw.newline |= gather((equal(x, b'\n') | equal(x, b'\r')) & ascii) << shift;
         raw.blank |= gather(blank) << shift;
         raw.apostrophe |= gather(equal(x, b'\'') & ascii) << shift;
+        raw.slash |= gather(equal(x, b'/') & ascii) << shift;
         raw.high |= gather(w & HIGH) << shift;
     }
     raw
@@ -140,7 +153,7 @@ fn classify_swar(window: &[u8; 64]) -> Raw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::char_classes::{CharClasses, LETTER, NEWLINE, NUMBER, SPACE};
+    use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
 
     /// The bitmaps byte by byte from the scanner's class table.
     fn reference(window: &[u8; 64]) -> Classes {
@@ -156,11 +169,13 @@ mod tests {
                 }
             };
             set(f & LETTER != 0, &mut c.letter);
+            set(f & UPPERISH != 0 && f & LOWERISH == 0, &mut c.upper);
             set(f & NUMBER != 0, &mut c.digit);
             set(f & SPACE != 0, &mut c.space);
             set(f & NEWLINE != 0, &mut c.newline);
             set(x == b' ', &mut c.blank);
             set(x == b'\'', &mut c.apostrophe);
+            set(x == b'/', &mut c.slash);
         }
         c
     }

@@ -5,8 +5,8 @@
 //! `\s+(?!\S)` lookahead — in one forward pass with no regex machinery. Character classes
 //! come from the regex engines' own Unicode tables (`char_classes.rs`). Differential tests
 //! against fancy-regex (here and in the Python suite) check the equivalence. The cl100k
-//! family splits ASCII text a window of 64 bytes at a time (`bitwise_split.rs`) and
-//! falls back to the character-by-character scan here elsewhere.
+//! family and o200k split ASCII text a window of 64 bytes at a time (`bitwise_split.rs`)
+//! and fall back to the character-by-character scan here elsewhere.
 
 use crate::bitwise_split;
 use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
@@ -475,10 +475,10 @@ impl Scanner {
     }
 }
 
-/// The pieces of a text (see [`Scanner::spans`]). The cl100k family takes whole windows
-/// of ASCII text at a time (`bitwise_split.rs`), and one piece at a time elsewhere
-/// (non-ASCII text, the last 64 bytes, runs longer than a window); the other families one
-/// piece at a time.
+/// The pieces of a text (see [`Scanner::spans`]). The cl100k family and o200k take whole
+/// windows of ASCII text at a time (`bitwise_split.rs`), and one piece at a time elsewhere
+/// (non-ASCII text, the last 64 bytes, runs longer than a window); r50k one piece at a
+/// time.
 pub struct Spans<'s, 't> {
     scanner: &'s Scanner,
     b: &'t [u8],
@@ -511,23 +511,26 @@ impl Iterator for Spans<'_, '_> {
         let end = if self.ends != 0 {
             self.pop()
         } else {
-            match scanner.family {
-                Family::Cl100k { max_digits, run_to_end_first } => {
-                    // A window pays when at least its first sixteen bytes are ASCII.
-                    let ascii_ahead = b.get(i..i + 64).is_some_and(|w| {
-                        let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
-                        (x | y) & 0x8080_8080_8080_8080 == 0
-                    });
-                    match ascii_ahead.then(|| bitwise_split::cl100k_starts(b, i, max_digits as u32)).flatten() {
-                        Some(starts) => {
-                            (self.ends, self.base) = (starts & (starts - 1), i);
-                            self.pop()
-                        }
-                        None => scanner.cl100k(b, i, max_digits, run_to_end_first),
-                    }
+            // A window pays when at least its first sixteen bytes are ASCII.
+            let ascii_ahead = || {
+                b.get(i..i + 64).is_some_and(|w| {
+                    let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
+                    (x | y) & 0x8080_8080_8080_8080 == 0
+                })
+            };
+            let window = match scanner.family {
+                Family::Cl100k { max_digits, .. } => ascii_ahead().then(|| bitwise_split::cl100k_starts(b, i, max_digits as u32)).flatten(),
+                Family::O200k => ascii_ahead().then(|| bitwise_split::o200k_starts(b, i)).flatten(),
+                Family::R50k => None,
+            };
+            match (window, scanner.family) {
+                (Some(starts), _) => {
+                    (self.ends, self.base) = (starts & (starts - 1), i);
+                    self.pop()
                 }
-                Family::R50k => scanner.r50k(b, i),
-                Family::O200k => scanner.o200k(b, i),
+                (None, Family::Cl100k { max_digits, run_to_end_first }) => scanner.cl100k(b, i, max_digits, run_to_end_first),
+                (None, Family::O200k) => scanner.o200k(b, i),
+                (None, Family::R50k) => scanner.r50k(b, i),
             }
         };
         debug_assert!(end > i && std::str::from_utf8(&b[i..end]).is_ok());
