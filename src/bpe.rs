@@ -77,7 +77,7 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 
 /// Pieces of 2..[`LONG_PIECE`] bytes: quadratic in the worst case but with tiny
 /// constants. The parts live in arrays on the stack, sized for the piece (most pieces are a
-/// few bytes): their start offsets, token ids, and the rank of merging each with the next.
+/// few bytes; see [`merge_in_arrays`]).
 ///
 /// No [`PairMemo`] here: for pieces this short a rank comes straight from the vocabulary
 /// table about as fast (most pairs are no token, and the table's control bytes answer
@@ -104,6 +104,8 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_
         merge_in_arrays::<8>(vocab, piece, out, not_a_token)
     } else if piece.len() <= 16 {
         merge_in_arrays::<16>(vocab, piece, out, not_a_token)
+    } else if piece.len() <= 32 {
+        merge_in_arrays::<32>(vocab, piece, out, not_a_token)
     } else {
         merge_in_arrays::<LONG_PIECE>(vocab, piece, out, not_a_token)
     }
@@ -187,67 +189,98 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
     Some(Ok(()))
 }
 
+/// The merge of [`merge_short`] for pieces of at most `N` bytes. Parts are linked in
+/// arrays on the stack: part `k` (while it lasts) spans bytes `k..end[k]`, and merging it
+/// with the next part keeps index `k`, so a merge rewrites a few entries and moves
+/// nothing. `keys[k]` holds the rank of merging part `k` with the next one in its high
+/// half and `k` in its low half, so that the lowest key is the lowest rank, leftmost on
+/// ties: for `N` up to 32 it is found over all `N` keys in a fixed tree of comparisons,
+/// with no branch that depends on the ranks (on real text those branches were one
+/// misprediction in three). A part that is gone, the last part, and a pair that is no
+/// token all rank `Rank::MAX`.
 #[inline(always)]
 fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
+    const GONE: u64 = (Rank::MAX as u64) << 32;
     let n = piece.len();
-    let mut start = [0u32; N];
+    debug_assert!(n <= N && N <= 256);
+    let mut end = [0u8; N];
+    let mut prev = [0u8; N];
     let mut ids = [Rank::MAX; N];
-    let mut ranks = [Rank::MAX; N];
+    let mut keys = [GONE; N];
     for k in 0..n {
-        start[k] = k as u32;
+        end[k] = (k + 1) as u8;
+        prev[k] = k.wrapping_sub(1) as u8;
         ids[k] = vocab.byte_rank(piece[k]);
     }
     // At first every part is one byte: the pair ranks come from the dense byte-pair table.
     for k in 0..n - 1 {
-        ranks[k] = vocab.pair_rank(piece[k], piece[k + 1]);
+        keys[k] = (vocab.pair_rank(piece[k], piece[k + 1]) as u64) << 32 | k as u64;
     }
-    let mut m = n; // parts
-    // Rank of merging part k with part k + 1 (bytes `start[k]..start[k + 2]`).
-    let pair = |start: &[u32; N], m: usize, k: usize| -> Rank {
-        if k + 1 >= m || (m == 2 && not_a_token) {
-            return Rank::MAX;
+    let mut parts = n;
+    // The key of merging part k with the next one, when `parts` parts are left.
+    let key = |end: &[u8; N], parts: usize, k: usize| -> u64 {
+        let next = end[k] as usize;
+        if next >= n || (parts == 2 && not_a_token) {
+            return GONE | k as u64;
         }
-        let end = if k + 2 < m { start[k + 2] as usize } else { n };
-        rank_of(vocab, &piece[start[k] as usize..end])
+        (rank_of(vocab, &piece[k..end[next] as usize]) as u64) << 32 | k as u64
     };
     loop {
-        // The lowest rank, leftmost on ties.
-        let mut best = Rank::MAX;
-        let mut at = 0;
-        for (k, &r) in ranks[..m - 1].iter().enumerate() {
-            if r < best {
-                best = r;
-                at = k;
-            }
-        }
+        let lowest = lowest_key(&keys, n);
+        let best = (lowest >> 32) as Rank;
         if best == Rank::MAX {
             break;
         }
+        let at = lowest as u32 as usize;
+        let right = end[at] as usize;
         ids[at] = best;
-        for k in at + 1..m - 1 {
-            start[k] = start[k + 1];
-            ids[k] = ids[k + 1];
-            ranks[k] = ranks[k + 1];
-        }
-        m -= 1;
-        if at > 0 {
-            ranks[at - 1] = pair(&start, m, at - 1);
-        }
-        ranks[at] = pair(&start, m, at);
-        if m == 1 {
+        end[at] = end[right];
+        keys[right] = GONE;
+        parts -= 1;
+        if parts == 1 {
             break;
         }
+        let after = end[at] as usize;
+        if after < n {
+            prev[after] = at as u8;
+        }
+        if at > 0 {
+            let p = prev[at] as usize;
+            keys[p] = key(&end, parts, p);
+        }
+        keys[at] = key(&end, parts, at);
     }
     // Every part is a token whose id is already known (merged parts took the rank of
     // their merge); only a byte the vocabulary lacks has none.
-    for k in 0..m {
+    let mut k = 0;
+    while k < n {
+        let e = end[k] as usize;
         if ids[k] == Rank::MAX {
-            let end = if k + 1 < m { start[k + 1] as usize } else { n };
-            return Err(Error::UnencodableBytes(piece[start[k] as usize..end].to_vec()));
+            return Err(Error::UnencodableBytes(piece[k..e].to_vec()));
         }
         out.push(ids[k]);
+        k = e;
     }
     Ok(())
+}
+
+/// The lowest of `keys[..n]` (the others are all ones in their high half): over all `N`
+/// in halving steps when `N` is small, else a scan of the first `n`.
+#[inline(always)]
+fn lowest_key<const N: usize>(keys: &[u64; N], n: usize) -> u64 {
+    if N <= 32 && N.is_power_of_two() {
+        let mut v = *keys;
+        let mut width = N;
+        while width > 1 {
+            width /= 2;
+            for k in 0..width {
+                v[k] = v[k].min(v[k + width]);
+            }
+        }
+        v[0]
+    } else {
+        keys[..n].iter().fold(u64::MAX, |a, &b| a.min(b))
+    }
 }
 
 /// A memo of pair merges: `(left id, right id)` → the rank of their concatenation, or
