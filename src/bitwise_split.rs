@@ -19,7 +19,7 @@
 //! Within ASCII the two families differ only in their words: cl100k's contractions are
 //! pieces of their own and its letter runs are never split, o200k splits letter runs by
 //! case and ends a word with its contraction. The rules they share are listed at
-//! [`SharedStarts`].
+//! `SharedStarts`.
 
 use crate::ascii_classes::Classes;
 
