@@ -195,8 +195,8 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
 /// nothing. `keys[k]` holds the rank of merging part `k` with the next one in its high
 /// half and `k` in its low half, so that the lowest key is the lowest rank, leftmost on
 /// ties: for `N` up to 32 it is found over all `N` keys in a fixed tree of comparisons,
-/// with no branch that depends on the ranks (on real text those branches were one
-/// misprediction in three). A part that is gone, the last part, and a pair that is no
+/// with no branch that depends on the ranks (cachegrind: 17-28% fewer simulated
+/// mispredictions than shifting the arrays and scanning with branches). A part that is gone, the last part, and a pair that is no
 /// token all rank `Rank::MAX`.
 #[inline(always)]
 fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {

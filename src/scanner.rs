@@ -490,6 +490,22 @@ pub struct Spans<'s, 't> {
 }
 
 impl Spans<'_, '_> {
+    /// The end of the next piece, from a new window of the text at the next piece's start
+    /// when `starts` finds whole pieces in it (`None` otherwise). A window pays when at
+    /// least its first sixteen bytes are ASCII.
+    #[inline(always)]
+    fn window(&mut self, starts: impl FnOnce(&[u8], usize) -> Option<u64>) -> Option<usize> {
+        let (b, i) = (self.b, self.i);
+        let w = b.get(i..i + 64)?;
+        let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
+        if (x | y) & 0x8080_8080_8080_8080 != 0 {
+            return None;
+        }
+        let starts = starts(b, i)?;
+        (self.ends, self.base) = (starts & (starts - 1), i);
+        Some(self.pop())
+    }
+
     /// The end of the next piece of the last window.
     #[inline(always)]
     fn pop(&mut self) -> usize {
@@ -511,26 +527,12 @@ impl Iterator for Spans<'_, '_> {
         let end = if self.ends != 0 {
             self.pop()
         } else {
-            // A window pays when at least its first sixteen bytes are ASCII.
-            let ascii_ahead = || {
-                b.get(i..i + 64).is_some_and(|w| {
-                    let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
-                    (x | y) & 0x8080_8080_8080_8080 == 0
-                })
-            };
-            let window = match scanner.family {
-                Family::Cl100k { max_digits, .. } => ascii_ahead().then(|| bitwise_split::cl100k_starts(b, i, max_digits as u32)).flatten(),
-                Family::O200k => ascii_ahead().then(|| bitwise_split::o200k_starts(b, i)).flatten(),
-                Family::R50k => None,
-            };
-            match (window, scanner.family) {
-                (Some(starts), _) => {
-                    (self.ends, self.base) = (starts & (starts - 1), i);
-                    self.pop()
-                }
-                (None, Family::Cl100k { max_digits, run_to_end_first }) => scanner.cl100k(b, i, max_digits, run_to_end_first),
-                (None, Family::O200k) => scanner.o200k(b, i),
-                (None, Family::R50k) => scanner.r50k(b, i),
+            match scanner.family {
+                Family::Cl100k { max_digits, run_to_end_first } => self
+                    .window(|b, i| bitwise_split::cl100k_starts(b, i, max_digits as u32))
+                    .unwrap_or_else(|| scanner.cl100k(b, i, max_digits, run_to_end_first)),
+                Family::O200k => self.window(bitwise_split::o200k_starts).unwrap_or_else(|| scanner.o200k(b, i)),
+                Family::R50k => scanner.r50k(b, i),
             }
         };
         debug_assert!(end > i && std::str::from_utf8(&b[i..end]).is_ok());
