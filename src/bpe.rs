@@ -196,8 +196,9 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
 /// half and `k` in its low half, so that the lowest key is the lowest rank, leftmost on
 /// ties: for `N` up to 32 it is found over all `N` keys in a fixed tree of comparisons,
 /// with no branch that depends on the ranks (cachegrind: 17-28% fewer simulated
-/// mispredictions than shifting the arrays and scanning with branches). A part that is gone, the last part, and a pair that is no
-/// token all rank `Rank::MAX`.
+/// mispredictions than shifting the arrays and scanning with branches). A part that is
+/// gone, the last part, and a pair that is no token all have the key `GONE` or one of
+/// rank `Rank::MAX`: the merging stops when the lowest key is one of those.
 #[inline(always)]
 fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     const GONE: u64 = (Rank::MAX as u64) << 32;
@@ -221,7 +222,7 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     let key = |end: &[u8; N], parts: usize, k: usize| -> u64 {
         let next = end[k] as usize;
         if next >= n || (parts == 2 && not_a_token) {
-            return GONE | k as u64;
+            return GONE;
         }
         (rank_of(vocab, &piece[k..end[next] as usize]) as u64) << 32 | k as u64
     };
