@@ -24,6 +24,12 @@ Rows, per encoding (``--encodings``):
   text; x = tokenmill's MB/s over the library's (above 1: tokenmill is faster). The short
   run includes whatever a library does on its first calls (lazy set-up) and caches that
   are still cold; the long run shows that amortised and the caches warmed by the stream;
+* one thread, paired: per round, tokenmill's MB/s over each library's in that round (the
+  runs go in the order tokenmill, fastokens, wordchipper, bpe_openai, tiktoken, HF
+  tokenizers, so the nearest peers run right after tokenmill); the median over the rounds
+  and the range. The host's speed drifts over minutes, so each library's best run can come
+  from a different spell; runs a few seconds apart mostly share one, which makes these
+  ratios the steadier ones on a noisy host (with ``--repeat 1`` they equal the first table's);
 * one thread, per CPU second: the same runs, in MB per CPU second of the worker process,
   with the share of the pass's wall time the process spent off a core (``off``) and the
   share of all cores' time the hypervisor took meanwhile (``steal``, from ``/proc/stat``).
@@ -146,6 +152,9 @@ LIBRARIES: Dict[str, Tuple[str, str, str]] = {
     "wordchipper": ("wordchipper", "wordchipper", "wordchipper"),
     "bpe_openai": ("bpe_openai", "bpe-openai", "bpe_openai"),
 }
+#: Order of the runs within a round (printing keeps LIBRARIES' order): the nearest peers right
+#: after tokenmill, so that their paired ratios compare runs seconds apart.
+RUN_ORDER = ("tokenmill", "fastokens", "wordchipper", "bpe_openai", "tiktoken", "hf")
 BATCH_LIBS = ("tokenmill", "tiktoken")
 WORST_LIBS = ("tokenmill", "tiktoken")
 
@@ -597,12 +606,16 @@ class Runner:
         """
         best: Dict[Tuple[str, ...], Optional[dict]] = {key: None for key, _, _ in items}
         digests: Dict[Tuple[str, ...], set] = {key: set() for key, _, _ in items}
+        # Every round's wall seconds per item (None for a run that failed), for paired ratios.
+        per_round: Dict[Tuple[str, ...], List[Optional[float]]] = {key: [] for key, _, _ in items}
         done = set()  # worst cases that failed or timed out: one such run is the answer
         for _ in range(self.repeat):
             for key, spec, what in items:
                 if key in done or (spec["lib"], spec["encoding"]) in self.failed:
+                    per_round[key].append(None)
                     continue
                 res = self._run_once(spec, what)
+                per_round[key].append(res.get("seconds") if res else None)
                 if res is None or "timeout" in res:
                     if spec["mode"] == "worst":
                         best[key] = best[key] or res
@@ -614,6 +627,8 @@ class Runner:
         for key, _, what in items:
             if len(digests[key]) > 1:
                 self.notes.append(f"{what}: the ids differ between repeats")
+            if best[key] is not None and "seconds" in best[key]:
+                best[key] = dict(best[key], round_seconds=per_round[key])
         return best
 
     def _run_once(self, spec: dict, what: str) -> Optional[dict]:
@@ -725,6 +740,38 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
             if "segment_cache_stats" in res["notes"]:
                 notes.append(f"{name} {r} fastokens segment_cache_stats(): {res['notes']['segment_cache_stats']}")
         print(f"{row} {_same(same):>9}")
+
+
+def paired_ratios(single, lib: str, regime: str) -> List[float]:
+    """tokenmill's speed over ``lib``'s in each round where both ran (their seconds'
+    ratio, the text being the same)."""
+    tm, other = single.get(("tokenmill", regime)), single.get((lib, regime))
+    if not tm or not other:
+        return []
+    pairs = zip(tm.get("round_seconds", []), other.get("round_seconds", []))
+    return [b / a for a, b in pairs if a and b]
+
+
+def print_paired(libs, single, nbytes) -> None:
+    """Per library, the median and range over the rounds of tokenmill's speed over its
+    speed in the same round."""
+    rounds = max((len(r.get("round_seconds", [])) for r in single.values() if r), default=0)
+    print(f"one thread, paired (x in each round, runs seconds apart; median and range of {rounds} rounds):")
+    header = f"  {'library':<15}" + "".join(f" {r + ' x':>9} {'range':>12}" for r in nbytes)
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for lib in libs:
+        if lib == "tokenmill" or not any(single.get((lib, r)) for r in nbytes):
+            continue
+        row = f"  {LIBRARIES[lib][2]:<15}"
+        for r in nbytes:
+            q = sorted(paired_ratios(single, lib, r))
+            if not q:
+                row += f" {'-':>9} {'':>12}"
+                continue
+            median = q[len(q) // 2] if len(q) % 2 else (q[len(q) // 2 - 1] + q[len(q) // 2]) / 2
+            row += f" {median:>9.2f} {f'{q[0]:.2f}..{q[-1]:.2f}':>12}"
+        print(row)
 
 
 def _share(part: Optional[float], whole: float) -> Optional[float]:
@@ -958,7 +1005,7 @@ def main() -> int:
             def add(mode: str, cases, mode_libs, size: Callable[[str], int], label: str) -> None:
                 """One item per (library in both mode_libs and libs, case), keyed (mode, lib, case)."""
                 for case in cases:
-                    for lib in (lib for lib in mode_libs if lib in libs):
+                    for lib in (lib for lib in RUN_ORDER if lib in mode_libs and lib in libs):
                         spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
                         what = label.format(name=name, case=case, lib=LIBRARIES[lib][2])
                         items.append(((mode, lib, case), spec, what))
@@ -972,6 +1019,7 @@ def main() -> int:
             )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
+            print_paired(libs, single, nbytes)
             print_cpu(libs, single, nbytes)
             print_kinds(libs, single, texts)
             if batch:
