@@ -134,6 +134,7 @@ import os
 import random
 import shutil
 import string
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -769,8 +770,7 @@ def print_paired(libs, single, nbytes) -> None:
             if not q:
                 row += f" {'-':>9} {'':>12}"
                 continue
-            median = q[len(q) // 2] if len(q) % 2 else (q[len(q) // 2 - 1] + q[len(q) // 2]) / 2
-            row += f" {median:>9.2f} {f'{q[0]:.2f}..{q[-1]:.2f}':>12}"
+            row += f" {statistics.median(q):>9.2f} {f'{q[0]:.2f}..{q[-1]:.2f}':>12}"
         print(row)
 
 
@@ -1005,7 +1005,9 @@ def main() -> int:
             def add(mode: str, cases, mode_libs, size: Callable[[str], int], label: str) -> None:
                 """One item per (library in both mode_libs and libs, case), keyed (mode, lib, case)."""
                 for case in cases:
-                    for lib in (lib for lib in RUN_ORDER if lib in mode_libs and lib in libs):
+                    # (a library missing from RUN_ORDER runs last)
+                    ordered = sorted(mode_libs, key=lambda lib: RUN_ORDER.index(lib) if lib in RUN_ORDER else len(RUN_ORDER))
+                    for lib in (lib for lib in ordered if lib in libs):
                         spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
                         what = label.format(name=name, case=case, lib=LIBRARIES[lib][2])
                         items.append(((mode, lib, case), spec, what))
