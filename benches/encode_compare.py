@@ -1004,9 +1004,9 @@ def main() -> int:
 
             def add(mode: str, cases, mode_libs, size: Callable[[str], int], label: str) -> None:
                 """One item per (library in both mode_libs and libs, case), keyed (mode, lib, case)."""
+                # (a library missing from RUN_ORDER runs last)
+                ordered = sorted(mode_libs, key=lambda lib: RUN_ORDER.index(lib) if lib in RUN_ORDER else len(RUN_ORDER))
                 for case in cases:
-                    # (a library missing from RUN_ORDER runs last)
-                    ordered = sorted(mode_libs, key=lambda lib: RUN_ORDER.index(lib) if lib in RUN_ORDER else len(RUN_ORDER))
                     for lib in (lib for lib in ordered if lib in libs):
                         spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
                         what = label.format(name=name, case=case, lib=LIBRARIES[lib][2])
