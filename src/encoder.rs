@@ -9,7 +9,7 @@ use crate::piece_cache::{self, PieceCache, SharedPieces};
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
 use crate::special::{SpecialMatcher, SpecialPolicy};
-use crate::vocab::{inline_key, Vocab, INLINE_MAX};
+use crate::vocab::{inline_key, window_key, Vocab, INLINE_MAX};
 
 pub struct Encoder {
     /// Tags this encoder's entries in the per-thread piece cache.
@@ -64,7 +64,14 @@ impl Encoder {
         if let Splitter::Scan(scanner) = &self.splitter {
             let b = text.as_bytes();
             for (start, end) in scanner.spans(text) {
-                last = self.encode_piece(&b[start..end], out, scratch, cache)?;
+                last = match b.get(start..start + 16) {
+                    // Where the text goes on for 16 bytes, a short piece's key is one load
+                    // and a mask, with no branch on its length.
+                    Some(window) if end - start <= INLINE_MAX => {
+                        self.encode_short(&b[start..end], window_key(window.try_into().unwrap(), end - start), out, scratch, cache)?
+                    }
+                    _ => self.encode_piece(&b[start..end], out, scratch, cache)?,
+                };
             }
         } else {
             self.splitter.for_each_piece(text, |piece| {
@@ -78,60 +85,84 @@ impl Encoder {
     /// Appends the tokens of one piece; returns how many there are.
     #[inline(always)]
     fn encode_piece(&self, bytes: &[u8], out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+        if bytes.len() <= INLINE_MAX {
+            self.encode_short(bytes, inline_key(bytes), out, scratch, cache)
+        } else {
+            self.encode_long(bytes, out, scratch, cache)
+        }
+    }
+
+    /// A piece of at most [`INLINE_MAX`] bytes, given with its [`inline_key`]. Every such
+    /// piece goes to the shared first level of the piece cache first, whatever its length:
+    /// on real text most are there, and one path for all of them means no branch on the
+    /// length (which real text makes hard to predict) before the answer.
+    #[inline(always)]
+    fn encode_short(&self, bytes: &[u8], key: u128, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+        if cache.usage.probing() {
+            if let Some((tokens, count)) = self.pieces.get(key) {
+                // All the slot's places are copied and the extra ones dropped: no branch on
+                // the count.
+                let before = out.len();
+                out.extend_from_slice(&tokens);
+                out.truncate(before + count);
+                cache.usage.count_hit(bytes.len() > 3);
+                return Ok(count);
+            }
+        }
+        self.encode_short_missed(bytes, key, out, scratch, cache)
+    }
+
+    /// A short piece the first level did not answer (or the caches are skipped just now).
+    #[inline(always)]
+    fn encode_short_missed(&self, bytes: &[u8], key: u128, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
         let before = out.len();
-        if bytes.len() <= 2 {
-            // One token, or two bytes that are no token: their two tokens. The dense
-            // tables answer both without the piece cache.
-            let whole = if bytes.len() == 2 { self.vocab.pair_rank(bytes[0], bytes[1]) } else { self.vocab.byte_rank(bytes[0]) };
+        if bytes.len() <= 3 {
+            // The dense tables answer these exactly; a piece that is no token merges in
+            // closed form. Cached so that the next one takes the common path.
+            let whole = match *bytes {
+                [a] => self.vocab.byte_rank(a),
+                [a, b] => self.vocab.pair_rank(a, b),
+                [a, b, c] => self.vocab.three_rank(a, b, c),
+                _ => Rank::MAX,
+            };
             if whole != Rank::MAX {
                 out.push(whole);
             } else {
                 bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
             }
-        } else if bytes.len() == 3 {
-            // The three-byte table answers exactly and from the CPU's cache, so no piece
-            // cache; a piece that is no token merges from the dense pair table alone.
-            let whole = self.vocab.three_rank(bytes[0], bytes[1], bytes[2]);
-            if whole != Rank::MAX {
-                out.push(whole);
-            } else {
-                bpe::encode_piece(&self.vocab, bytes, out, scratch, None)?;
-            }
-        } else if bytes.len() <= INLINE_MAX {
-            let key = inline_key(bytes);
-            if !cache.usage.caching() {
-                if let Some(id) = self.vocab.rank_inline(key) {
-                    out.push(id);
-                } else {
-                    bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-                }
-            } else if let Some([a, b, c]) = self.pieces.get(key) {
-                cache.usage.record(true);
-                out.push(a);
-                if b != Rank::MAX {
-                    out.push(b);
-                    if c != Rank::MAX {
-                        out.push(c);
-                    }
-                }
-            } else if let Some(id) = self.vocab.rank_inline(key) {
-                cache.usage.record(false);
-                out.push(id);
+            if cache.usage.probing() {
                 self.pieces.put(key, &out[before..]);
-            } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
-                // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
-                out.extend_from_slice(tokens);
-                cache.usage.record(true);
-            } else {
-                cache.usage.record(false);
-                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-                if out.len() - before <= piece_cache::MAX_TOKENS {
-                    self.pieces.put(key, &out[before..]);
-                } else {
-                    cache.put_long(self.owner, bytes, &out[before..]);
-                }
             }
-        } else if let Some(id) = self.vocab.rank(bytes) {
+        } else if !cache.usage.caching() {
+            if let Some(id) = self.vocab.rank_inline(key) {
+                out.push(id);
+            } else {
+                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+            }
+        } else if let Some(id) = self.vocab.rank_inline(key) {
+            cache.usage.record(false);
+            out.push(id);
+            self.pieces.put(key, &out[before..]);
+        } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
+            // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
+            out.extend_from_slice(tokens);
+            cache.usage.record(true);
+        } else {
+            cache.usage.record(false);
+            bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+            if out.len() - before <= piece_cache::MAX_TOKENS {
+                self.pieces.put(key, &out[before..]);
+            } else {
+                cache.put_long(self.owner, bytes, &out[before..]);
+            }
+        }
+        Ok(out.len() - before)
+    }
+
+    /// A piece of more than [`INLINE_MAX`] bytes.
+    fn encode_long(&self, bytes: &[u8], out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+        let before = out.len();
+        if let Some(id) = self.vocab.rank(bytes) {
             out.push(id);
         } else if !cache.usage.caching() {
             bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;

@@ -28,10 +28,15 @@ use rustc_hash::FxHasher;
 use crate::error::Rank;
 
 /// Slots of the shared first level (a power of two).
-const SLOT_BITS: u32 = 14;
+const SLOT_BITS: u32 = 16;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// Pieces encoding to more tokens than this are not kept in the first level.
 pub const MAX_TOKENS: usize = 3;
+
+/// A slot keeps its token count in the top four bits of its key, which are zero in
+/// every [`inline_key`](crate::vocab::inline_key) (its byte 15 is a length of at most 15).
+const COUNT_SHIFT: u32 = 60;
+const COUNT_BITS: u64 = 0xF << COUNT_SHIFT;
 
 /// One first-level entry: 32 bytes, aligned so that a probe touches one cache line.
 /// `version` is odd while a writer fills the slot. Unused token places hold `Rank::MAX`,
@@ -69,18 +74,19 @@ impl SharedPieces {
     }
 
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
-    /// `key`, padded with `Rank::MAX`.
+    /// `key`, padded with `Rank::MAX`, and how many there are.
     #[inline(always)]
-    pub fn get(&self, key: u128) -> Option<[Rank; MAX_TOKENS]> {
+    pub fn get(&self, key: u128) -> Option<([Rank; MAX_TOKENS], usize)> {
         let s = self.slot(key);
         let before = s.version.load(Ordering::Acquire);
-        if s.key[0].load(Ordering::Relaxed) != key as u64 || s.key[1].load(Ordering::Relaxed) != (key >> 64) as u64 {
+        let high = s.key[1].load(Ordering::Relaxed);
+        if s.key[0].load(Ordering::Relaxed) != key as u64 || high & !COUNT_BITS != (key >> 64) as u64 {
             return None;
         }
         let tokens = [s.tokens[0].load(Ordering::Relaxed), s.tokens[1].load(Ordering::Relaxed), s.tokens[2].load(Ordering::Relaxed)];
         fence(Ordering::Acquire);
         let after = s.version.load(Ordering::Relaxed);
-        (before == after && before & 1 == 0).then_some(tokens)
+        (before == after && before & 1 == 0).then_some((tokens, (high >> COUNT_SHIFT) as usize))
     }
 
     /// Caches the tokens of a piece (nothing if there are more than [`MAX_TOKENS`], or if
@@ -97,7 +103,7 @@ impl SharedPieces {
         }
         fence(Ordering::Release);
         s.key[0].store(key as u64, Ordering::Relaxed);
-        s.key[1].store((key >> 64) as u64, Ordering::Relaxed);
+        s.key[1].store((key >> 64) as u64 | (tokens.len() as u64) << COUNT_SHIFT, Ordering::Relaxed);
         for (k, t) in s.tokens.iter().enumerate() {
             t.store(tokens.get(k).copied().unwrap_or(Rank::MAX), Ordering::Relaxed);
         }
@@ -163,6 +169,22 @@ impl CacheUse {
         }
         self.bypass -= 1;
         false
+    }
+
+    /// Whether the caches are in use just now (unlike [`CacheUse::caching`], counts
+    /// nothing).
+    #[inline(always)]
+    pub fn probing(&self) -> bool {
+        self.bypass == 0
+    }
+
+    /// Counts a piece found in the first level; only pieces of more than three bytes
+    /// count (`counted`), as in [`CacheUse::record`].
+    #[inline(always)]
+    pub fn count_hit(&mut self, counted: bool) {
+        if counted {
+            self.record(true);
+        }
     }
 
     /// Counts a piece that went through the caches, found there or not.
@@ -314,12 +336,12 @@ mod tests {
         let k = inline_key(b"hello");
         assert_eq!(c.get(k), None);
         c.put(k, &[7, 8]);
-        assert_eq!(c.get(k), Some([7, 8, Rank::MAX]));
+        assert_eq!(c.get(k), Some(([7, 8, Rank::MAX], 2)));
         assert_eq!(c.get(inline_key(b"hellp")), None);
         c.put(k, &[1, 2, 3, 4]);
-        assert_eq!(c.get(k), Some([7, 8, Rank::MAX]));
+        assert_eq!(c.get(k), Some(([7, 8, Rank::MAX], 2)));
         c.put(k, &[9]);
-        assert_eq!(c.get(k), Some([9, Rank::MAX, Rank::MAX]));
+        assert_eq!(c.get(k), Some(([9, Rank::MAX, Rank::MAX], 1)));
     }
 
     #[test]
@@ -342,7 +364,7 @@ mod tests {
                         c.put(keys[i], &tokens(i));
                         for (j, &k) in keys.iter().enumerate() {
                             if let Some(got) = c.get(k) {
-                                assert_eq!(got, tokens(j));
+                                assert_eq!(got, (tokens(j), 3));
                                 hits.fetch_add(1, Ordering::Relaxed);
                             }
                         }

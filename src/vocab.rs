@@ -67,6 +67,25 @@ pub fn inline_key(bytes: &[u8]) -> u128 {
     (lo as u128) | (((hi | ((n as u64) << 56)) as u128) << 64)
 }
 
+/// The [`inline_key`] of the first `n` bytes of `window` (`1 <= n <= INLINE_MAX`): one
+/// 16-byte load and a mask, with no branch on `n`.
+#[inline(always)]
+pub fn window_key(window: &[u8; 16], n: usize) -> u128 {
+    (u128::from_le_bytes(*window) & KEY_MASKS[n & 15]) | ((n as u128) << 120)
+}
+
+/// `KEY_MASKS[n]` keeps the low `n` bytes of a `u128` (a table: a shift of a `u128` by a
+/// variable amount takes several instructions and branches).
+const KEY_MASKS: [u128; 16] = {
+    let mut masks = [0u128; 16];
+    let mut n = 1;
+    while n < 16 {
+        masks[n] = (1u128 << (8 * n)) - 1;
+        n += 1;
+    }
+    masks
+};
+
 impl Vocab {
     /// Builds a vocabulary. Two mergeable byte strings with one id are rejected (decoding
     /// would be ambiguous). As in tiktoken, special tokens may share an id (o200k_harmony
@@ -261,6 +280,22 @@ impl Vocab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_keys_equal_inline_keys() {
+        // Every length, with the bytes after the piece zero, all ones, or anything.
+        let text: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
+        for n in 1..=INLINE_MAX {
+            for start in 0..16 {
+                let mut window: [u8; 16] = text[start..start + 16].try_into().unwrap();
+                assert_eq!(window_key(&window, n), inline_key(&window[..n]), "n={n} start={start}");
+                window[n..].fill(0xFF);
+                assert_eq!(window_key(&window, n), inline_key(&window[..n]));
+                window[n..].fill(0);
+                assert_eq!(window_key(&window, n), inline_key(&window[..n]));
+            }
+        }
+    }
 
     fn small() -> Vocab {
         let mut ranks = FxHashMap::default();
