@@ -4,8 +4,10 @@
 //!
 //! Two levels, both bounded however much text passes:
 //! * [`SharedPieces`], one per encoder and shared by every thread that encodes with it: a
-//!   direct-mapped table for pieces of at most 15 bytes that encode to at most
-//!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot). Batch
+//!   direct-mapped table (2 MiB) for pieces of at most 15 bytes that encode to at most
+//!   [`MAX_TOKENS`] tokens (a new entry replaces whatever hashed to its slot). The
+//!   encoder asks it first for every such piece, one byte long or fifteen, so that the
+//!   common case is one probe with no branch on the piece's length. Batch
 //!   workers thus warm one table together instead of each its own. It takes no lock:
 //!   each slot is a small seqlock (a reader that overlaps a write sees a miss, never a
 //!   mix of two entries), and a writer that finds a slot busy skips the write;
@@ -27,7 +29,10 @@ use rustc_hash::FxHasher;
 
 use crate::error::Rank;
 
-/// Slots of the shared first level (a power of two).
+/// Slots of the shared first level (a power of two). 2^16 slots of 32 bytes: once every
+/// short piece went through this table, 1.04-1.06x the speed of 2^14 slots on the long
+/// stream of the encoding benchmark and 1.11x on a second pass over it (paired runs of a
+/// Rust harness).
 const SLOT_BITS: u32 = 16;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// Pieces encoding to more tokens than this are not kept in the first level.
