@@ -1045,6 +1045,8 @@ def main() -> int:
             print_paired(libs, single, nbytes)
             print_cpu(libs, single, nbytes)
             print_kinds(libs, single, texts)
+            if "warm" in texts:
+                print_kinds(libs, single, texts, "warm")
             if batch:
                 print_batch(name, libs, batch, single, batch_bytes, texts, threads, runner.notes)
             if worst:
