@@ -104,9 +104,11 @@ const INT_AHEAD: usize = 16;
 /// building a list stay in the CPU's cache. For the rarer ids, taking a reference costs
 /// two dependent cache misses (the table, then the object); as the ids are all known up
 /// front, both are prefetched some ids ahead, so the misses overlap instead of queueing.
-fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
-    let max = tokens.iter().copied().max().unwrap_or(0) as usize;
-    let want = (max + 1).min(MAX_SHARED_INT);
+///
+/// `ids` is the encoder's id count: every id in `tokens` is below it, so the table is
+/// sized without a pass over the tokens.
+fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, ids: usize, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+    let want = ids.min(MAX_SHARED_INT);
     if ints.len() < want {
         ints.resize_with(want, || None);
     }
@@ -147,9 +149,9 @@ fn prefetch(p: *const u8) {
 }
 
 /// `tokens` as a Python list of ints.
-fn ids_to_list<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    list_of_ids(py, &mut ints, tokens)
+    list_of_ids(py, &mut ints, enc.vocab().id_count(), tokens)
 }
 
 /// Encodes a batch into a Python list of lists of ints. Building the lists needs the GIL,
@@ -162,7 +164,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
         // One thread: encode here (this thread's piece cache stays warm across calls).
         let out = py.detach(|| enc.encode_batch(texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, t)).collect::<PyResult<Vec<_>>>()?;
+        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc.vocab().id_count(), t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
@@ -186,7 +188,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
             let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
             for (i, result) in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
                 match result {
-                    Ok(tokens) => lists[i] = Some(list_of_ids(py, &mut ints, &tokens)?),
+                    Ok(tokens) => lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &tokens)?),
                     Err(e) => {
                         if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
                             failed = Some((i, e));
@@ -246,13 +248,13 @@ impl PyCoreBPE {
 
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
         let tokens = py.detach(|| self.inner.encode_ordinary(text)).map_err(|e| to_py_err(py, e))?;
-        ids_to_list(py, &tokens)
+        ids_to_list(py, &self.inner, &tokens)
     }
 
     fn encode<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
-        ids_to_list(py, &tokens)
+        ids_to_list(py, &self.inner, &tokens)
     }
 
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).

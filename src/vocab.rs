@@ -229,6 +229,11 @@ impl Vocab {
         self.special_ids.get(id as usize).copied().unwrap_or(false)
     }
 
+    /// How many ids there are: every token id, mergeable or special, is below this.
+    pub fn id_count(&self) -> usize {
+        self.decode_known.len()
+    }
+
     /// The bytes of any token (mergeable or special).
     #[inline]
     pub fn token_bytes(&self, id: Rank) -> Option<&[u8]> {
