@@ -1,6 +1,7 @@
 //! Running work on several cores: rayon pools, one per requested size, created once and
 //! reused, and recreated in a forked child (whose copy of a parent's pool has no threads).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -63,16 +64,33 @@ where
     pool.install(|| items.par_iter().map(|t| f(t)).collect())
 }
 
-/// Runs `f(i)` for every `i` in `0..n` on `threads` workers; returns when all have run.
-pub fn for_each_index<F>(n: usize, threads: usize, f: F) -> Result<()>
-where
-    F: Fn(usize) + Sync + Send,
-{
-    if n <= 1 || threads <= 1 || available_cores() == 1 {
-        (0..n).for_each(f);
-        return Ok(());
+/// The items of a batch, handed out in order, each once, to whichever thread asks next:
+/// pool threads and the caller alike, so the caller can do a share of the work between
+/// other duties instead of being one thread more than there are cores.
+pub struct Claims {
+    next: AtomicUsize,
+    n: usize,
+}
+
+impl Claims {
+    pub fn new(n: usize) -> Self {
+        Self { next: AtomicUsize::new(0), n }
     }
-    pool(threads)?.install(|| (0..n).into_par_iter().for_each(f));
+
+    /// The next unclaimed item, or `None` once all are taken.
+    pub fn claim(&self) -> Option<usize> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        (i < self.n).then_some(i)
+    }
+}
+
+/// Runs `f` once on each of `helpers` pool threads (at least one) and returns when every
+/// run has returned.
+pub fn on_helpers<F>(helpers: usize, f: F) -> Result<()>
+where
+    F: Fn() + Sync + Send,
+{
+    pool(helpers)?.broadcast(|_| f());
     Ok(())
 }
 
@@ -89,13 +107,20 @@ mod tests {
     }
 
     #[test]
-    fn for_each_index_visits_every_index_once() {
-        let seen: Vec<std::sync::atomic::AtomicU32> = (0..500).map(|_| Default::default()).collect();
-        for_each_index(seen.len(), 3, |i| {
-            seen[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        })
-        .unwrap();
-        assert!(seen.iter().all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 1));
+    fn helpers_and_the_caller_claim_every_item_once() {
+        let seen: Vec<std::sync::atomic::AtomicU32> = (0..5000).map(|_| Default::default()).collect();
+        let claims = Claims::new(seen.len());
+        let work = || {
+            while let Some(i) = claims.claim() {
+                seen[i].fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| on_helpers(3, work).unwrap());
+            work();
+        });
+        assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+        assert_eq!(claims.claim(), None);
     }
 
     #[test]

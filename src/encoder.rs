@@ -228,20 +228,11 @@ impl Encoder {
         batch::map(texts, threads, |t| self.encode_in_batch(t.as_ref(), policy, threads))
     }
 
-    /// As [`Encoder::encode_batch`], but each text's tokens go to `done` (with the text's
-    /// index, on a worker thread, in no particular order) as soon as they are ready, so the
-    /// caller can use results while the rest are being encoded. Returns when all are done.
-    pub fn encode_batch_each<S, F>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize, done: F) -> Result<()>
-    where
-        S: AsRef<str> + Sync,
-        F: Fn(usize, Result<Vec<Rank>>) + Sync + Send,
-    {
-        batch::for_each_index(texts.len(), threads, |i| done(i, self.encode_in_batch(texts[i].as_ref(), policy, threads)))
-    }
-
-    /// One text of a batch: its special tokens looked for here (on the worker, not before
-    /// the batch starts), and a long text cut into chunks encoded in parallel.
-    fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Rank>> {
+    /// One text of a batch encoded on `threads` cores (see [`Encoder::encode_batch`]): its
+    /// special tokens looked for here (on the worker, not before the batch starts), and a
+    /// long text cut into chunks encoded in parallel. For callers that hand out a batch's
+    /// texts themselves.
+    pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Rank>> {
         let cut = threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
         if let Some(p) = policy {
             // Only a text that may be cut needs its special tokens looked for here first;

@@ -155,12 +155,17 @@ fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
 }
 
 /// Encodes a batch into a Python list of lists of ints. Building the lists needs the GIL,
-/// so it runs on this thread alone; rather than wait for the whole batch and then build
-/// every list, this thread builds each text's list as soon as a worker has encoded it,
-/// while the workers go on with the rest (waiting with the GIL released).
+/// so only this thread can do it. It is one of the `threads` that encode: `threads - 1`
+/// pool threads claim texts in order and send their ids here, and this thread builds each
+/// list as soon as its ids arrive and, while none are waiting, claims and encodes the next
+/// text itself (with the GIL released, as when it waits at the end). So there are never
+/// more threads at work than cores, with the list building a share of this thread's work
+/// (the pool encoding with all `threads` while this thread built the lists left three
+/// threads on two cores).
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedStr], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
-    if n <= 1 || threads.min(batch::available_cores()) <= 1 {
+    let threads = threads.min(batch::available_cores());
+    if n <= 1 || threads <= 1 {
         // One thread: encode here (this thread's piece cache stays warm across calls).
         let out = py.detach(|| enc.encode_batch(texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,35 +174,56 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
     }
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, Error)> = None;
+    let claims = batch::Claims::new(n);
+    let encode = |i: usize| enc.encode_in_batch(&texts[i], policy, threads);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<Rank>, Error>)>();
     std::thread::scope(|scope| -> PyResult<()> {
-        let workers = scope.spawn(move || {
-            enc.encode_batch_each(texts, policy, threads, |i, r| {
-                let _ = tx.send((i, r)); // the receiver outlives the workers
+        let (claims, encode) = (&claims, &encode);
+        // The sender lives in the helpers' thread: once they are done, even by a panic,
+        // the wait below ends.
+        let helpers = scope.spawn(move || {
+            batch::on_helpers(threads - 1, || {
+                while let Some(i) = claims.claim() {
+                    let _ = tx.send((i, encode(i))); // the receiver outlives the helpers
+                }
             })
         });
+        let mut done = 0;
         let mut rx = rx;
-        loop {
-            // Wait for the next result with the GIL released (other Python threads run).
-            let (back, first) = py.detach(move || {
-                let first = rx.recv();
-                (rx, first)
-            });
-            rx = back;
-            let Ok(first) = first else { break }; // every worker is done
-            let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-            for (i, result) in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-                match result {
-                    Ok(tokens) => lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &tokens)?),
-                    Err(e) => {
-                        if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
-                            failed = Some((i, e));
+        while done < n {
+            // Whatever the helpers finished first, then a text of this thread's own, or,
+            // once all are claimed, a wait for the helpers' last results.
+            let (i, result) = match rx.try_recv() {
+                Ok(ready) => ready,
+                Err(_) => match claims.claim() {
+                    Some(i) => (i, py.detach(|| encode(i))),
+                    None => {
+                        let (back, next) = py.detach(move || {
+                            let next = rx.recv();
+                            (rx, next)
+                        });
+                        rx = back;
+                        match next {
+                            Ok(ready) => ready,
+                            Err(_) => break, // the helpers stopped (they report why below)
                         }
+                    }
+                },
+            };
+            done += 1;
+            match result {
+                Ok(tokens) => {
+                    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+                    lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &tokens)?);
+                }
+                Err(e) => {
+                    if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
+                        failed = Some((i, e));
                     }
                 }
             }
         }
-        match workers.join() {
+        match helpers.join() {
             Ok(r) => r.map_err(|e| to_py_err(py, e)),
             Err(panic) => std::panic::resume_unwind(panic),
         }
