@@ -225,20 +225,25 @@ impl Encoder {
     /// piece, the chunks encoded in parallel and their tokens joined, which gives exactly
     /// the tokens of the whole text.
     pub fn encode_batch<S: AsRef<str> + Sync>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Vec<Rank>>> {
-        batch::map(texts, threads, |t| self.encode_in_batch(t.as_ref(), policy, threads))
+        batch::map(texts, threads, |t| {
+            let mut out = Vec::with_capacity(t.as_ref().len() / 3 + 1);
+            self.encode_in_batch(t.as_ref(), policy, threads, &mut out)?;
+            Ok(out)
+        })
     }
 
     /// One text of a batch encoded on `threads` cores (see [`Encoder::encode_batch`]): its
     /// special tokens looked for here (on the worker, not before the batch starts), and a
-    /// long text cut into chunks encoded in parallel. For callers that hand out a batch's
-    /// texts themselves.
-    pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Rank>> {
+    /// long text cut into chunks encoded in parallel. Its tokens are appended to `out`; on
+    /// an error, `out` may hold some of them. For callers that hand out a batch's texts
+    /// themselves.
+    pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize, out: &mut Vec<Rank>) -> Result<()> {
         let cut = threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
         if let Some(p) = policy {
             // Only a text that may be cut needs its special tokens looked for here first;
             // `encode` looks for them itself.
             if !cut || !p.extra_disallowed.is_empty() || !self.specials.find(text, p).is_empty() {
-                return self.encode(text, p);
+                return self.encode_into(text, p, out, &mut Scratch::default()).map(|_| ());
             }
         }
         if cut {
@@ -249,10 +254,12 @@ impl Encoder {
                 start = cut;
             }
             chunks.push(&text[start..]);
-            let parts = batch::map(&chunks, threads, |c| self.encode_ordinary(c))?;
-            return Ok(parts.concat());
+            for part in batch::map(&chunks, threads, |c| self.encode_ordinary(c))? {
+                out.extend_from_slice(&part);
+            }
+            return Ok(());
         }
-        self.encode_ordinary(text)
+        self.encode_ordinary_into(text, out, &mut Scratch::default()).map(|_| ())
     }
 
     /// Tokens of one piece without regex splitting (tiktoken's `encode_single_piece`).

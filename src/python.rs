@@ -154,14 +154,44 @@ fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
     list_of_ids(py, &mut ints, enc.vocab().id_count(), tokens)
 }
 
+/// Encoded texts of a batch, handed over as one: their ids back to back, and per text its
+/// index in the batch and where its ids are (or why it failed). A thread sends these in
+/// runs, not a text at a time, so that many short texts do not each cost an allocation,
+/// a message and a free on the other thread.
+#[derive(Default)]
+struct Encoded {
+    ids: Vec<Rank>,
+    texts: Vec<(usize, Result<std::ops::Range<usize>, Error>)>,
+}
+
+impl Encoded {
+    /// Encodes text `i` at the end of this run.
+    fn add(&mut self, i: usize, encode: impl FnOnce(&mut Vec<Rank>) -> Result<(), Error>) {
+        let start = self.ids.len();
+        let result = encode(&mut self.ids);
+        if result.is_err() {
+            self.ids.truncate(start);
+        }
+        self.texts.push((i, result.map(|_| start..self.ids.len())));
+    }
+
+    /// Whether the run is long enough to hand over.
+    fn full(&self) -> bool {
+        self.ids.len() >= RUN_IDS || self.texts.len() >= RUN_TEXTS
+    }
+}
+
+/// A run of encoded texts is handed over once it holds this many ids or texts.
+const RUN_IDS: usize = 1 << 14;
+const RUN_TEXTS: usize = 256;
+
 /// Encodes a batch into a Python list of lists of ints. Building the lists needs the GIL,
 /// so only this thread can do it. It is one of the `threads` that encode: `threads - 1`
-/// pool threads claim texts in order and send their ids here, and this thread builds each
-/// list as soon as its ids arrive and, while none are waiting, claims and encodes the next
-/// text itself (with the GIL released, as when it waits at the end). So there are never
-/// more threads at work than cores, with the list building a share of this thread's work
-/// (the pool encoding with all `threads` while this thread built the lists left three
-/// threads on two cores).
+/// pool threads claim texts in order and send their ids here in runs, and this thread
+/// builds the lists of each run as soon as it arrives and, while none is waiting, claims
+/// and encodes a run of its own (with the GIL released, as when it waits at the end). So
+/// there are never more threads at work than cores (the pool encoding with all `threads`
+/// while this thread built the lists left three busy threads on two cores).
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedStr], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
@@ -175,52 +205,64 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, Error)> = None;
     let claims = batch::Claims::new(n);
-    let encode = |i: usize| enc.encode_in_batch(&texts[i], policy, threads);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<Rank>, Error>)>();
+    let encode_run = |run: &mut Encoded| {
+        while !run.full() {
+            let Some(i) = claims.claim() else { break };
+            run.add(i, |ids| enc.encode_in_batch(&texts[i], policy, threads, ids));
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<Encoded>();
     std::thread::scope(|scope| -> PyResult<()> {
-        let (claims, encode) = (&claims, &encode);
+        let encode_run = &encode_run;
         // The sender lives in the helpers' thread: once they are done, even by a panic,
         // the wait below ends.
         let helpers = scope.spawn(move || {
-            batch::on_helpers(threads - 1, || {
-                while let Some(i) = claims.claim() {
-                    let _ = tx.send((i, encode(i))); // the receiver outlives the helpers
+            batch::on_helpers(threads - 1, || loop {
+                let mut run = Encoded::default();
+                encode_run(&mut run);
+                if run.texts.is_empty() {
+                    break;
                 }
+                let _ = tx.send(run); // the receiver outlives the helpers
             })
         });
-        let mut done = 0;
-        let mut rx = rx;
-        while done < n {
-            // Whatever the helpers finished first, then a text of this thread's own, or,
-            // once all are claimed, a wait for the helpers' last results.
-            let (i, result) = match rx.try_recv() {
-                Ok(ready) => ready,
-                Err(_) => match claims.claim() {
-                    Some(i) => (i, py.detach(|| encode(i))),
-                    None => {
-                        let (back, next) = py.detach(move || {
-                            let next = rx.recv();
-                            (rx, next)
-                        });
-                        rx = back;
-                        match next {
-                            Ok(ready) => ready,
-                            Err(_) => break, // the helpers stopped (they report why below)
+        let mut take = |run: Encoded| -> PyResult<()> {
+            let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, result) in run.texts {
+                match result {
+                    Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &run.ids[range])?),
+                    Err(e) => {
+                        if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
+                            failed = Some((i, e));
                         }
                     }
-                },
-            };
-            done += 1;
-            match result {
-                Ok(tokens) => {
-                    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-                    lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &tokens)?);
                 }
-                Err(e) => {
-                    if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
-                        failed = Some((i, e));
-                    }
-                }
+            }
+            Ok(())
+        };
+        let mut rx = rx;
+        let mut own = Encoded::default();
+        loop {
+            // Whatever the helpers finished, then a run of this thread's own.
+            while let Ok(run) = rx.try_recv() {
+                take(run)?;
+            }
+            own.ids.clear();
+            own.texts.clear();
+            py.detach(|| encode_run(&mut own));
+            if !own.texts.is_empty() {
+                take(std::mem::take(&mut own))?;
+                continue;
+            }
+            // All claimed: wait for the helpers' last runs.
+            let (back, next) = py.detach(move || {
+                let next = rx.recv();
+                (rx, next)
+            });
+            rx = back;
+            match next {
+                Ok(run) => take(run)?,
+                Err(_) => break, // the helpers are done and every run is in
             }
         }
         match helpers.join() {

@@ -236,6 +236,26 @@ def test_encode_batch_with_specials(encs, num_threads):
     assert repr(B) in str(tt_info.value)  # (the oracle agrees on which document fails)
 
 
+def test_encode_batch_error_is_the_first_documents_across_many(encs):
+    """Thousands of short documents, so that threads hand results over in several runs:
+    the error raised is still that of the first offending document, wherever the runs
+    and the threads split the batch."""
+    tm, tt = encs
+    A, B = EOT, _second_special(tt)
+    docs = ["line %d of many" % i for i in range(5000)]
+    docs[4100] = f"late {A}"
+    docs[2600] = f"early {B}" if B in tt.special_tokens_set else f"early {A}"
+    first = B if B in tt.special_tokens_set else A
+    for num_threads in (2, 4):
+        with pytest.raises(ValueError) as info:
+            tm.encode_batch(docs, num_threads=num_threads)
+        assert repr(first) in str(info.value)
+        if first != A:
+            assert repr(A) not in str(info.value)
+    got = tm.encode_batch(docs, allowed_special="all", num_threads=2)
+    assert got == tt.encode_batch(docs, allowed_special="all", num_threads=2)
+
+
 # ----------------------------------------------------------------------------------------
 # encode_with_unstable
 # ----------------------------------------------------------------------------------------
