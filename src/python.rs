@@ -105,10 +105,10 @@ const INT_AHEAD: usize = 16;
 /// two dependent cache misses (the table, then the object); as the ids are all known up
 /// front, both are prefetched some ids ahead, so the misses overlap instead of queueing.
 ///
-/// `ids` is the encoder's id count: every id in `tokens` is below it, so the table is
-/// sized without a pass over the tokens.
-fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, ids: usize, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
-    let want = ids.min(MAX_SHARED_INT);
+/// Every id in `tokens` is below `enc`'s id count, so the table is sized from that,
+/// without a pass over the tokens.
+fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
+    let want = enc.vocab().id_count().min(MAX_SHARED_INT);
     if ints.len() < want {
         ints.resize_with(want, || None);
     }
@@ -151,7 +151,7 @@ fn prefetch(p: *const u8) {
 /// `tokens` as a Python list of ints.
 fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    list_of_ids(py, &mut ints, enc.vocab().id_count(), tokens)
+    list_of_ids(py, &mut ints, enc, tokens)
 }
 
 /// Encoded texts of a batch, handed over as one: their ids back to back, and per text its
@@ -199,7 +199,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
         // One thread: encode here (this thread's piece cache stays warm across calls).
         let out = py.detach(|| enc.encode_batch(texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc.vocab().id_count(), t)).collect::<PyResult<Vec<_>>>()?;
+        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
@@ -230,7 +230,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
             let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
             for (i, result) in run.texts {
                 match result {
-                    Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc.vocab().id_count(), &run.ids[range])?),
+                    Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc, &run.ids[range])?),
                     Err(e) => {
                         if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
                             failed = Some((i, e));
