@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
@@ -107,31 +108,56 @@ const INT_AHEAD: usize = 16;
 ///
 /// Every id in `tokens` is below `enc`'s id count, so the table is sized from that,
 /// without a pass over the tokens.
+///
+/// The list is filled through the C API directly (its item array, each place once): with
+/// PyO3's list-from-iterator, building the lists cost about 1.4 times as much (cl100k,
+/// warm 20 MB stream: whole calls 1.06x faster, the same engine's bytes output as the
+/// control).
 fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     let want = enc.vocab().id_count().min(MAX_SHARED_INT);
     if ints.len() < want {
         ints.resize_with(want, || None);
     }
-    PyList::new(
-        py,
-        tokens.iter().enumerate().map(|(i, &t)| {
+    // SAFETY: a new list of `tokens.len()` places is filled in order, each place once, with
+    // a new (owned) reference, before anything else sees the list; an int that cannot be
+    // made (no memory) leaves the list with an error and drops it, its unfilled places
+    // being NULL (which list deallocation skips).
+    unsafe {
+        let list = ffi::PyList_New(tokens.len() as ffi::Py_ssize_t);
+        if list.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
+        let items = (*(list.as_ptr() as *mut ffi::PyListObject)).ob_item;
+        for (i, &t) in tokens.iter().enumerate() {
             if let Some(slot) = tokens.get(i + SLOT_AHEAD).and_then(|&a| ints.get(a as usize)) {
                 prefetch(slot as *const Option<Py<PyAny>> as *const u8);
             }
             if let Some(Some(obj)) = tokens.get(i + INT_AHEAD).and_then(|&a| ints.get(a as usize)) {
                 prefetch(obj.as_ptr() as *const u8);
             }
-            match ints.get_mut(t as usize) {
-                Some(Some(obj)) => obj.clone_ref(py).into_bound(py),
-                Some(slot) => {
-                    let obj = (t as u64).into_pyobject(py).expect("int conversion cannot fail").into_any();
-                    *slot = Some(obj.clone().unbind());
-                    obj
+            let obj = match ints.get_mut(t as usize) {
+                Some(Some(obj)) => {
+                    let p = obj.as_ptr();
+                    ffi::Py_INCREF(p);
+                    p
                 }
-                None => (t as u64).into_pyobject(py).expect("int conversion cannot fail").into_any(),
-            }
-        }),
-    )
+                slot => {
+                    let p = ffi::PyLong_FromUnsignedLongLong(t as u64);
+                    if p.is_null() {
+                        return Err(PyErr::fetch(py));
+                    }
+                    if let Some(slot) = slot {
+                        ffi::Py_INCREF(p);
+                        *slot = Some(Bound::from_owned_ptr(py, p).unbind());
+                    }
+                    p
+                }
+            };
+            *items.add(i) = obj;
+        }
+        Ok(list)
+    }
 }
 
 /// Asks the CPU to bring the cache line at `p` closer; no effect on what the program

@@ -494,6 +494,28 @@ def test_str_subclass_input(cl100k):
     assert tm.encode_batch([s], allowed_special="all") == tt.encode_batch([s], allowed_special="all")
 
 
+@pytest.mark.skipif(not hasattr(sys, "getrefcount"), reason="needs CPython's reference counts")
+def test_returned_ids_hold_exactly_one_reference_each(cl100k):
+    """The lists are filled through the C API with shared int objects: every list must
+    hold one reference per place, and dropping the lists must give them all back."""
+    tm, tt = cl100k
+    text = "hello world, hello again"
+    first = tm.encode_ordinary(text)
+    assert first == tt.encode_ordinary(text)
+    # A large id (no small-int cache): its object is shared by every list made since.
+    hello = first[0]
+    assert hello > 256
+    before = sys.getrefcount(hello)
+    lists = [tm.encode_ordinary(text) for _ in range(50)]
+    lists += tm.encode_ordinary_batch([text] * 50, num_threads=2)
+    assert all(ids[0] is hello for ids in lists)
+    places = sum(ids.count(hello) for ids in lists)
+    assert places >= len(lists)
+    assert sys.getrefcount(hello) == before + places
+    del lists
+    assert sys.getrefcount(hello) == before
+
+
 # ----------------------------------------------------------------------------------------
 # Batch encoding
 # ----------------------------------------------------------------------------------------
