@@ -189,18 +189,20 @@ impl CacheUse {
     /// branch there was a fifth of the mispredictions of a warm pass, in cachegrind).
     #[inline(always)]
     pub fn count_hit(&mut self, counted: bool) {
-        self.hits += counted as u32;
-        self.seen += counted as u32;
-        if self.seen >= USE_WINDOW {
-            self.close_window();
-        }
+        self.tally(counted as u32, counted as u32);
     }
 
     /// Counts a piece that went through the caches, found there or not.
     #[inline(always)]
     pub fn record(&mut self, hit: bool) {
-        self.hits += hit as u32;
-        self.seen += 1;
+        self.tally(hit as u32, 1);
+    }
+
+    /// Adds `hits` found pieces of `seen` counted ones to the window.
+    #[inline(always)]
+    fn tally(&mut self, hits: u32, seen: u32) {
+        self.hits += hits;
+        self.seen += seen;
         if self.seen >= USE_WINDOW {
             self.close_window();
         }
