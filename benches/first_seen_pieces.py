@@ -1,23 +1,23 @@
 """Merging speed: every library on pieces it has never seen, each piece once.
 
 On a long stream most pieces of text are words a tokenizer has met before, and every
-library with a piece cache answers those from it; what is left is the byte-pair merging of
-the pieces met for the first time. This benchmark isolates that part: it takes the long
-slice of ``encode_compare.py`` (the same 20 MB of code, docs, manpages and UI text),
-pre-tokenizes it, keeps each distinct piece of at least ``--min-bytes`` bytes that is no
-token (so it must be merged) and that the short slice does not have, and writes them one per line: a text where every piece
-but the newlines is new. Pieces with whitespace after their first character are left
-out (a line break after them could change how they split), and the text is checked to
-pre-tokenize back into exactly those pieces and newlines.
+library with a piece cache answers those from it; what is left is the byte-pair merging
+of the pieces met for the first time. This benchmark isolates that part. It takes the
+two slices of ``encode_compare.py`` (the same code, docs, manpages and UI text),
+pre-tokenizes the long one, and keeps each distinct piece of at least ``--min-bytes``
+bytes that is no token (so it must be merged) and that the short slice lacks, one per
+line: a text where every piece but the newlines is new. Pieces with whitespace after
+their first character are left out (a line break after them could change how they
+split), and the text is checked to pre-tokenize back into exactly those pieces and
+newlines.
 
-Each library then encodes that text in a fresh process (``encode_compare.py``'s worker:
-a fresh object that first encodes the short slice, untimed, so that one-time set-up is
-out of the figure, then one encode call per document of about 1,000 pieces; best of
-``--repeat`` runs in rounds). Pieces the short slice has are left out, so each timed
-piece is still met for the first time. The figures are MB/s, nanoseconds per piece and tokenmill's speed
-over each library's, with a parity column against tiktoken. The scanning and the cache
-probes of the newlines are in every figure too, so the per-piece time is an upper bound
-on a merge.
+Each library encodes that text in a fresh process (``encode_compare.py``'s worker): a
+fresh object first encodes the short slice, untimed, so that one-time set-up is out of
+the figure, then makes one encode call per document of 1,000 pieces; best of
+``--repeat`` runs in rounds. The figures are MB/s, nanoseconds per piece and tokenmill's
+speed over each library's (best runs, and paired per round), with a parity column
+against tiktoken. Scanning and the cache probes of the newlines are in every figure, so
+the time per piece is an upper bound on a merge.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from typing import Dict, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import encode_compare as ec  # noqa: E402
-
-DOC_CHARS = 50_000
 
 
 def first_seen_documents(name: str, short_mb: float, long_mb: float, min_bytes: int) -> Tuple[List[str], List[str]]:
@@ -58,7 +56,6 @@ def first_seen_documents(name: str, short_mb: float, long_mb: float, min_bytes: 
             if len(b) >= min_bytes and b not in ranks:
                 pieces.append(p)
     docs: List[str] = []
-    kept = 0
     for start in range(0, len(pieces), 1000):
         chunk = pieces[start : start + 1000]
         doc = "\n".join(chunk) + "\n"
@@ -69,9 +66,7 @@ def first_seen_documents(name: str, short_mb: float, long_mb: float, min_bytes: 
             doc = "\n".join(chunk) + "\n"
             if [p for p in enc._core_bpe.split(doc) if p != "\n"] != chunk:
                 continue
-        kept += len(chunk)
         docs.append(doc)
-    first_seen_documents.count = kept  # type: ignore[attr-defined]
     return [text for _, _, text in short_docs], docs
 
 
@@ -93,9 +88,9 @@ def main() -> int:
     if "tokenmill" not in libs:
         print("tokenmill is not installed")
         return 1
-    print("fastokens: FASTOKENS_BPE_THREADS=1, every call on the calling thread")
+    if "fastokens" in libs:
+        print("fastokens: FASTOKENS_BPE_THREADS=1, every call on the calling thread")
     env = dict(os.environ, TOKENMILL_OFFLINE="1", HF_HUB_OFFLINE="1")
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="first_seen-") as tmp:
         for name in args.encodings:
             path = cache_path_for(ec.BLOB_URL.format(name=name))
@@ -103,7 +98,7 @@ def main() -> int:
                 print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache ({path})")
                 continue
             warmup, docs = first_seen_documents(name, args.short_mb, args.long_mb, args.min_bytes)
-            count = first_seen_documents.count  # type: ignore[attr-defined]
+            count = sum(d.count("\n") for d in docs)  # one piece a line
             nbytes = sum(len(d.encode("utf-8")) for d in docs)
             work = os.path.join(tmp, name)
             os.mkdir(work)
@@ -116,12 +111,16 @@ def main() -> int:
                 f"of text, none in the {args.short_mb:g} MB warm-up; {nbytes / 1e6:.2f} MB with their newlines, "
                 f"{len(docs)} documents"
             )
-            base = {"encoding": name, "vocab_file": path, "threads": threads, "fastokens_pool": False}
+            # One encode call per document on the calling thread ("threads" is for batches).
+            base = {"encoding": name, "vocab_file": path, "threads": 1, "fastokens_pool": False}
             items = [((lib,), dict(base, lib=lib, mode="single", docs=doc_file, warmup=warmup_file, bytes=nbytes), f"{name} {lib}") for lib in libs]
             runner = ec.Runner(env, args.repeat, args.timeout, work, len(items) * args.repeat)
             got: Dict[tuple, dict] = runner.measure_rounds(items)
             ref = got.get(("tiktoken",))
             tm = got[("tokenmill",)]
+            if tm is None:
+                print("  tokenmill failed:", *runner.notes)
+                continue
             print(f"  {'library':<14} {'MB/s':>7} {'ns/piece':>9} {'x':>6} {'paired x':>9}  same ids")
             for lib in libs:
                 res = got[(lib,)]
@@ -131,7 +130,7 @@ def main() -> int:
                     continue
                 mbps = nbytes / res["seconds"] / 1e6
                 ns = res["seconds"] * 1e9 / count
-                x = tm["seconds"] and res["seconds"] / tm["seconds"]
+                x = res["seconds"] / tm["seconds"]
                 pairs = [b / a for a, b in zip(tm["round_seconds"], res["round_seconds"]) if a and b]
                 same = "ref" if lib == "tiktoken" else ("yes" if ref and res["digest"] == ref["digest"] else ("?" if not ref else "NO"))
                 print(f"  {label:<14} {mbps:7.1f} {ns:9.0f} {x:6.2f} {statistics.median(pairs):9.2f}  {same}")
