@@ -28,7 +28,11 @@ Rows, per encoding (``--encodings``):
   first encoded the short slice, untimed (``--no-warm`` leaves it out): the timed text is
   still unseen, but one-time set-up is out of the figure and the caches start warm, as in
   a process that has been encoding for a while. A library with a costly first call (a
-  lazily built automaton) looks slow in the long stream and shows its steady speed here;
+  lazily built automaton) looks slow in the long stream and shows its steady speed here.
+  ``--seen`` adds a diagnostic column, ``seen``: the short slice timed a second time in the
+  process that just encoded it, untimed. Every piece is then one the library met before,
+  so this is its cache-hit path (and its scanning) alone. It is no fair figure of
+  encoding speed: it measures where a library spends its time on a warm stream;
 * one thread, paired: per round, tokenmill's MB/s over each library's in that round (the
   runs go in the order tokenmill, fastokens, wordchipper, bpe_openai, tiktoken, HF
   tokenizers, so the nearest peers run right after tokenmill); the median over the rounds
@@ -936,6 +940,11 @@ def main() -> int:
     ap.add_argument("--long-mb", type=float, default=20.0, help="MB of the long stream (default 20)")
     ap.add_argument("--worst-mb", type=float, default=1.0, help="MB of each worst-case text (default 1)")
     ap.add_argument("--no-warm", action="store_true", help="leave out the long stream after a warm-up (the warm column)")
+    ap.add_argument(
+        "--seen",
+        action="store_true",
+        help="diagnostic column: the short slice again, after the same object encoded it (cache hits only)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="fresh-process runs per figure; the best is kept")
     ap.add_argument("--libs", nargs="+", choices=list(LIBRARIES), default=list(LIBRARIES), help="libraries to run")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one worker may take (default 300)")
@@ -1000,6 +1009,9 @@ def main() -> int:
         # The long slice again, timed after the short one went through the same object.
         texts["warm"], nbytes["warm"] = texts["long"], nbytes["long"]
         print("  warm: the long slice, timed after the same fresh object encoded the short slice (untimed)")
+    if args.seen:
+        texts["seen"], nbytes["seen"] = texts["short"], nbytes["short"]
+        print("  seen: the short slice timed again after the same object encoded it (untimed): a diagnostic of cache hits")
     print(
         f"each figure: one fresh process per (library, encoding, regime, mode), best of {args.repeat} (in rounds); "
         f"one encode call per document; MB = 10**6 bytes of UTF-8; x = tokenmill MB/s / library MB/s"
@@ -1030,6 +1042,8 @@ def main() -> int:
             Path(doc_files[r]).write_text(json.dumps([t for _, _, t in docs], ensure_ascii=False), encoding="utf-8")
         if "warm" in texts:
             doc_files["warm"] = doc_files["long"]
+        if "seen" in texts:
+            doc_files["seen"] = doc_files["short"]
         worst_bytes = int(args.worst_mb * 1e6)
         for case in WORST_CASES:
             doc_files[case] = os.path.join(tmp, f"worst-{case}.json")
@@ -1048,7 +1062,7 @@ def main() -> int:
                 for case in cases:
                     for lib in (lib for lib in ordered if lib in libs):
                         spec = dict(base, lib=lib, mode=mode, docs=doc_files[case], bytes=size(case))
-                        if case == "warm":
+                        if case in ("warm", "seen"):
                             spec["warmup"] = doc_files["short"]
                         what = label.format(name=name, case=case, lib=LIBRARIES[lib][2])
                         items.append(((mode, lib, case), spec, what))
