@@ -21,6 +21,9 @@ pub struct Vocab {
     three: Option<ThreeByteTokens>,
     /// The longest mergeable token: a longer string is never a token, without hashing it.
     max_len: usize,
+    /// One bit per [`long_slot`] of the tokens longer than [`INLINE_MAX`]: a string
+    /// whose bit is clear is no token, without hashing all its bytes for the large table.
+    long_tokens: Box<[u64]>,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
     byte_ranks: [Rank; 256],
     /// For every two bytes `(a, b)` at `a << 8 | b`, the rank of the pair or `Rank::MAX`:
@@ -72,6 +75,20 @@ pub fn inline_key(bytes: &[u8]) -> u128 {
 #[inline(always)]
 pub fn window_key(window: &[u8; 16], n: usize) -> u128 {
     (u128::from_le_bytes(*window) & KEY_MASKS[n & 15]) | ((n as u128) << 120)
+}
+
+/// Words of the filter of long tokens (2^16 bits, 8 KiB).
+const LONG_FILTER_WORDS: usize = 1 << 10;
+
+/// The filter bit of a string of more than [`INLINE_MAX`] bytes: a hash of its length and
+/// its first and last eight bytes (two loads, whatever its length).
+#[inline(always)]
+fn long_slot(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let last = u64::from_le_bytes(bytes[n - 8..].try_into().unwrap());
+    let h = (first ^ last.rotate_left(29) ^ (n as u64) << 56).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (64 - 16)) as usize
 }
 
 /// `KEY_MASKS[n]` keeps the low `n` bytes of a `u128` (a table: a shift of a `u128` by a
@@ -148,11 +165,17 @@ impl Vocab {
         let short = ShortTokens::new(ranks.iter().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, &v)| (inline_key(k), v)));
         let three = ThreeByteTokens::new(ranks.iter().filter_map(|(k, &v)| Some((<[u8; 3]>::try_from(&k[..]).ok()?, v))));
         let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
+        let mut long_tokens = vec![0u64; LONG_FILTER_WORDS].into_boxed_slice();
+        for k in ranks.keys().filter(|k| k.len() > INLINE_MAX) {
+            let slot = long_slot(k);
+            long_tokens[slot / 64] |= 1 << (slot % 64);
+        }
         Ok(Self {
             ranks,
             short,
             three,
             max_len,
+            long_tokens,
             byte_ranks,
             pair_ranks,
             special,
@@ -182,7 +205,13 @@ impl Vocab {
             }
             n if n <= INLINE_MAX => self.short.get(inline_key(bytes)),
             n if n > self.max_len => None,
-            _ => self.ranks.get(bytes).copied(),
+            _ => {
+                let slot = long_slot(bytes);
+                if self.long_tokens[slot / 64] & (1 << (slot % 64)) == 0 {
+                    return None;
+                }
+                self.ranks.get(bytes).copied()
+            }
         }
     }
 
@@ -299,6 +328,40 @@ mod tests {
                 window[n..].fill(0);
                 assert_eq!(window_key(&window, n), inline_key(&window[..n]));
             }
+        }
+    }
+
+    #[test]
+    fn long_tokens_are_found_and_other_long_strings_are_not() {
+        // 2,000 tokens of 16-128 bytes next to the 256 bytes; each is found, and so is
+        // nothing else: the same string with one byte changed (first, middle, last), one
+        // byte longer and one shorter.
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut long = Vec::new();
+        for i in 0..2000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 16 + (x % 113) as usize;
+            let t: Vec<u8> = (0..len).map(|j| b'a' + ((x >> (j % 50)) as u8 ^ j as u8) % 26).collect();
+            if ranks.insert(t.clone(), 256 + i).is_none() {
+                long.push(t);
+            }
+        }
+        let vocab = Vocab::new(ranks.clone(), vec![]).unwrap();
+        for t in &long {
+            assert_eq!(vocab.rank(t), ranks.get(t).copied());
+            let n = t.len();
+            for at in [0, n / 2, n - 1] {
+                let mut other = t.clone();
+                other[at] ^= 0x80;
+                assert_eq!(vocab.rank(&other), None);
+            }
+            let mut longer = t.clone();
+            longer.push(b'z');
+            assert_eq!(vocab.rank(&longer), ranks.get(&longer).copied());
+            assert_eq!(vocab.rank(&t[..n - 1]), ranks.get(&t[..n - 1]).copied());
         }
     }
 
