@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Rank, Result};
 use crate::three_byte_tokens::ThreeByteTokens;
-use crate::token_table::ShortTokens;
+use crate::token_table::{ShortTokens, TokenFilter};
 
 /// Ranks for byte strings plus a flat reverse table (id -> bytes) covering the mergeable
 /// tokens and the special tokens.
@@ -21,9 +21,9 @@ pub struct Vocab {
     three: Option<ThreeByteTokens>,
     /// The longest mergeable token: a longer string is never a token, without hashing it.
     max_len: usize,
-    /// One bit per [`long_slot`] of the tokens longer than [`INLINE_MAX`]: a string
-    /// whose bit is clear is no token, without hashing all its bytes for the large table.
-    long_tokens: Box<[u64]>,
+    /// The tokens longer than [`INLINE_MAX`], by [`long_key`]: a string the filter stops
+    /// is no token, found without hashing all its bytes for the large table.
+    long_tokens: TokenFilter,
     /// For every single byte, its rank or `Rank::MAX` when the vocabulary lacks it.
     byte_ranks: [Rank; 256],
     /// For every two bytes `(a, b)` at `a << 8 | b`, the rank of the pair or `Rank::MAX`:
@@ -77,18 +77,14 @@ pub fn window_key(window: &[u8; 16], n: usize) -> u128 {
     (u128::from_le_bytes(*window) & KEY_MASKS[n & 15]) | ((n as u128) << 120)
 }
 
-/// Words of the filter of long tokens (2^16 bits, 8 KiB).
-const LONG_FILTER_WORDS: usize = 1 << 10;
-
-/// The filter bit of a string of more than [`INLINE_MAX`] bytes: a hash of its length and
-/// its first and last eight bytes (two loads, whatever its length).
+/// The filter key of a string of more than [`INLINE_MAX`] bytes: its first and last
+/// eight bytes and its length (two loads, whatever its length).
 #[inline(always)]
-fn long_slot(bytes: &[u8]) -> usize {
+fn long_key(bytes: &[u8]) -> u128 {
     let n = bytes.len();
     let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     let last = u64::from_le_bytes(bytes[n - 8..].try_into().unwrap());
-    let h = (first ^ last.rotate_left(29) ^ (n as u64) << 56).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> (64 - 16)) as usize
+    first as u128 | ((last ^ (n as u64) << 56) as u128) << 64
 }
 
 /// `KEY_MASKS[n]` keeps the low `n` bytes of a `u128` (a table: a shift of a `u128` by a
@@ -165,11 +161,8 @@ impl Vocab {
         let short = ShortTokens::new(ranks.iter().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, &v)| (inline_key(k), v)));
         let three = ThreeByteTokens::new(ranks.iter().filter_map(|(k, &v)| Some((<[u8; 3]>::try_from(&k[..]).ok()?, v))));
         let max_len = ranks.keys().map(Vec::len).max().unwrap_or(0);
-        let mut long_tokens = vec![0u64; LONG_FILTER_WORDS].into_boxed_slice();
-        for k in ranks.keys().filter(|k| k.len() > INLINE_MAX) {
-            let slot = long_slot(k);
-            long_tokens[slot / 64] |= 1 << (slot % 64);
-        }
+        let long: Vec<u128> = ranks.keys().filter(|k| k.len() > INLINE_MAX).map(|k| long_key(k)).collect();
+        let long_tokens = TokenFilter::new(long.into_iter());
         Ok(Self {
             ranks,
             short,
@@ -205,13 +198,8 @@ impl Vocab {
             }
             n if n <= INLINE_MAX => self.short.get(inline_key(bytes)),
             n if n > self.max_len => None,
-            _ => {
-                let slot = long_slot(bytes);
-                if self.long_tokens[slot / 64] & (1 << (slot % 64)) == 0 {
-                    return None;
-                }
-                self.ranks.get(bytes).copied()
-            }
+            _ if !self.long_tokens.may_hold(long_key(bytes)) => None,
+            _ => self.ranks.get(bytes).copied(),
         }
     }
 
