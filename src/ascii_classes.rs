@@ -1,10 +1,16 @@
 //! Character classes of 64 bytes at once, one bit per byte: the input of the bit-parallel
-//! pre-tokenizer (`bitwise_split.rs`). Only the ASCII prefix of the window is classified;
-//! the first byte of 0x80 or more ends it (its character needs the Unicode tables).
+//! pre-tokenizer (`bitwise_split.rs`). Only a prefix of the window is classified: its
+//! ASCII characters and, when asked, the two-byte letters among them that the pattern's
+//! rules treat exactly as ASCII letters (Latin, Greek, Cyrillic, ...). Any other byte of
+//! 0x80 or more ends it (its character needs the Unicode tables and the scanner).
 //!
 //! On x86 the bytes are compared sixteen at a time with SSE2 (part of every x86-64 CPU)
 //! through `safe_arch`'s safe wrappers; elsewhere eight at a time in a `u64` (SWAR). Both
 //! give the same bitmaps, checked against the scanner's class table in the tests.
+
+use std::sync::OnceLock;
+
+use crate::char_classes::{case_variants, CharClasses, LETTER, LOWERISH, UPPERISH};
 
 /// Bitmaps of one window: bit `j` describes byte `j`. Bits at and past [`Classes::len`]
 /// are zero in every class.
@@ -40,6 +46,18 @@ impl Classes {
         Self::masked(classify(window))
     }
 
+    /// As [`Classes::of`], the prefix going on through two-byte letters that `family`
+    /// ([`WIDE_CL100K`] or [`WIDE_O200K`]) takes in: both bytes of such a letter are in
+    /// `letter`, and in `upper` too when it is upper case only.
+    #[inline(always)]
+    pub fn of_wide(window: &[u8; 64], family: u8) -> Self {
+        let mut raw = classify(window);
+        if raw.high != 0 {
+            widen(&mut raw, window, family);
+        }
+        Self::masked(raw)
+    }
+
     /// The bitmaps of `raw` cut at its first byte of 0x80 or more.
     #[inline(always)]
     fn masked(raw: Raw) -> Self {
@@ -63,6 +81,69 @@ impl Classes {
     #[inline(always)]
     pub fn other(&self) -> u64 {
         self.valid & !(self.letter | self.digit | self.space)
+    }
+}
+
+/// Two-byte letters a cl100k-family window takes in: every `\p{L}` of U+0080..U+07FF but
+/// those that fold to a contraction's letter (`ſ`, which the scanner's contraction rule
+/// must see).
+pub const WIDE_CL100K: u8 = 1;
+/// Two-byte letters an o200k window takes in: those of [`WIDE_CL100K`] that are upper
+/// case only (`Lu`, `Lt`) or lower case only (`Ll`); `Lm` and `Lo` count as both cases
+/// in o200k's pattern, which the window's case split does not model.
+pub const WIDE_O200K: u8 = 2;
+/// Upper case only, as o200k's pattern sees it.
+const WIDE_UPPER: u8 = 4;
+
+/// [`WIDE_CL100K`], [`WIDE_O200K`] and [`WIDE_UPPER`] for each code point below U+0800.
+fn wide_letters() -> &'static [u8; 0x800] {
+    static TABLE: OnceLock<[u8; 0x800]> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let classes = CharClasses::get();
+        let folded: Vec<char> = "sdmtlvre".chars().flat_map(case_variants).collect();
+        let mut t = [0u8; 0x800];
+        for (c, slot) in t.iter_mut().enumerate().skip(0x80) {
+            let f = classes.of(c as u32);
+            if f & LETTER == 0 || folded.iter().any(|&x| x as usize == c) {
+                continue;
+            }
+            *slot = WIDE_CL100K;
+            let (upper, lower) = (f & UPPERISH != 0, f & LOWERISH != 0);
+            if upper != lower {
+                *slot |= WIDE_O200K;
+            }
+            if upper && !lower {
+                *slot |= WIDE_UPPER;
+            }
+        }
+        t
+    })
+}
+
+/// Takes the two-byte letters of `family` at the start of the window's non-ASCII part
+/// into its classes, up to the first byte that is anything else.
+#[inline(always)]
+fn widen(raw: &mut Raw, window: &[u8; 64], family: u8) {
+    let table = wide_letters();
+    loop {
+        let j = raw.high.trailing_zeros() as usize;
+        if j >= 63 {
+            return;
+        }
+        let (a, b) = (window[j], window[j + 1]);
+        if !(0xC2..=0xDF).contains(&a) || b & 0xC0 != 0x80 {
+            return;
+        }
+        let f = table[((a as usize & 0x1F) << 6) | (b as usize & 0x3F)];
+        if f & family == 0 {
+            return;
+        }
+        let both = 3u64 << j;
+        raw.letter |= both;
+        if f & WIDE_UPPER != 0 {
+            raw.upper |= both;
+        }
+        raw.high &= !both;
     }
 }
 
@@ -178,6 +259,58 @@ mod tests {
             set(x == b'/', &mut c.slash);
         }
         c
+    }
+
+    /// Every two-byte character, twice in a row at positions all over an ASCII window
+    /// (the last ones cut by its end): the prefix takes the character in exactly when it
+    /// is a letter of the family (not `ſ`, and for o200k of one case only), with the class
+    /// table's letter and case bits, and the ASCII around it keeps its classes.
+    #[test]
+    fn two_byte_letters_extend_the_prefix_as_the_class_table_says() {
+        let table = CharClasses::get();
+        for family in [WIDE_CL100K, WIDE_O200K] {
+            for code in 0x80..0x800u32 {
+                let ch = char::from_u32(code).unwrap();
+                let f = table.of(code);
+                let one_case = (f & UPPERISH != 0) != (f & LOWERISH != 0);
+                let taken = f & LETTER != 0 && ch != 'ſ' && (family == WIDE_CL100K || one_case);
+                let upper = f & UPPERISH != 0 && f & LOWERISH == 0;
+                let mut utf8 = [0u8; 2];
+                ch.encode_utf8(&mut utf8);
+                for j in 0..64 {
+                    let mut window = [0u8; 64];
+                    for (k, slot) in window.iter_mut().enumerate() {
+                        *slot = [b'a', b' ', b'Q', b'.', b'7'][(k + j) % 5];
+                    }
+                    // The same window with `a` where the character's bytes go.
+                    let mut plain = window;
+                    for k in j..(j + 4).min(64) {
+                        window[k] = utf8[(k - j) % 2];
+                        plain[k] = b'a';
+                    }
+                    let c = Classes::of_wide(&window, family);
+                    let want_len = match (taken, j) {
+                        (false, _) => j,
+                        // A lead byte in the last place: its character is not whole.
+                        (true, 61 | 63) => 63,
+                        (true, _) => 64,
+                    };
+                    assert_eq!(c.len as usize, want_len, "U+{code:04X} at {j}, family {family}");
+                    // The ASCII window cut where this one should end; the character's bytes
+                    // (`a` there) then differ from it only in being upper case or not.
+                    if want_len < 64 {
+                        plain[want_len] = 0x80;
+                    }
+                    let mut want = Classes::of(&plain);
+                    let before_end = if j + 4 >= 64 { !0 } else { (1u64 << (j + 4)) - 1 };
+                    let ours = want.valid & (!0u64 << j) & before_end;
+                    if upper {
+                        want.upper |= ours;
+                    }
+                    assert_eq!(c, want, "U+{code:04X} at {j}, family {family}");
+                }
+            }
+        }
     }
 
     fn swar(window: &[u8; 64]) -> Classes {

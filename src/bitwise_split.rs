@@ -1,6 +1,10 @@
 //! Bit-parallel pre-tokenization of the cl100k family of patterns (cl100k, its older
 //! spellings, nanochat's two-digit variant) and of o200k over 64-byte windows of ASCII
-//! text.
+//! text and two-byte letters. Both bytes of such a letter carry the letter bit (and, for
+//! o200k, the upper-case bit of an upper-case letter), so the rules below, written for
+//! ASCII, see a letter run of any length: every rule that looks one byte back looks at a
+//! character that is ASCII or the end of such a run. Letters whose case o200k counts as
+//! both, `ſ` (a contraction's `s`), and every other non-ASCII character end a window.
 //!
 //! The scanner (`scanner.rs`) decides each piece with a few branches on the characters at
 //! its start, and on real text those branches are hard to predict: about one
@@ -21,7 +25,7 @@
 //! case and ends a word with its contraction. The rules they share are listed at
 //! `SharedStarts`.
 
-use crate::ascii_classes::Classes;
+use crate::ascii_classes::{Classes, WIDE_CL100K, WIDE_O200K};
 
 /// The piece starts of the window at `text[at..at + 64]` under the cl100k family (bit
 /// `j`: a piece starts at `at + j`, bit 0 always set), reported up to the highest one that
@@ -30,7 +34,7 @@ use crate::ascii_classes::Classes;
 /// by those letters, is a piece.
 #[inline(always)]
 pub fn cl100k_starts(text: &[u8], at: usize, max_digits: u32) -> Option<u64> {
-    let c = Classes::of(text[at..at + 64].try_into().unwrap());
+    let c = Classes::of_wide(text[at..at + 64].try_into().unwrap(), WIDE_CL100K);
     if c.len == 0 {
         return None;
     }
@@ -63,7 +67,7 @@ pub fn cl100k_starts(text: &[u8], at: usize, max_digits: u32) -> Option<u64> {
 /// punctuation runs with their newlines, whitespace, digit groups of three) is cl100k's.
 #[inline(always)]
 pub fn o200k_starts(text: &[u8], at: usize) -> Option<u64> {
-    let c = Classes::of(text[at..at + 64].try_into().unwrap());
+    let c = Classes::of_wide(text[at..at + 64].try_into().unwrap(), WIDE_O200K);
     if c.len == 0 {
         return None;
     }
@@ -236,7 +240,8 @@ mod tests {
             "d", "m", "l", "L", "v", "e", "E", "r", "R", "'", "'", "''", "1", "42", "2026", "1234567", ".", "(", ")",
             "\"", "-", "/", "{", "}", ";", "\0", "\u{1f}", "\u{7f}", "the", "Hello", "don't", "WE'LL", "you're",
             " 's", "'ve", "é", "中", "\u{a0}", "\u{85}", "\u{301}", "ſ", "fooBar", "HTTPServer", "aB", "IT'S", "'Ll", "'rE",
-            "\u{2b0}",
+            "\u{2b0}", "Привет", "мир", "Ωμέγα", "ǅ", "ǈ", "ß", "ı", "İ", "\u{149}", "µ", "ª", "שלום", "مرحبا", "²", "«", "»",
+            "¿", "\u{37e}", "\u{2bc}", "\u{1c0}", "ſt", "'ſ", "'Ś", "Ω'S", "é's", "ÉTÉ", "éTé", "ÀB", "aÉ", "\u{7ff}", "\u{80}",
         ];
         let mut next = || {
             *state ^= *state << 13;
@@ -248,8 +253,10 @@ mod tests {
         let target = 64 + (next() % 256) as usize;
         while s.len() < target {
             let atom = ATOMS[(next() % ATOMS.len() as u64) as usize];
-            // Non-ASCII atoms are rarer, so most windows run their full length.
-            if !atom.is_ascii() && next() % 8 != 0 {
+            // Non-ASCII atoms are rarer, so most windows run their full length; those of
+            // two-byte characters only (which windows may take in) less so.
+            let wide = atom.chars().all(|c| c.len_utf8() <= 2);
+            if !atom.is_ascii() && next() % if wide { 2 } else { 8 } != 0 {
                 continue;
             }
             let repeat = if next() % 10 == 0 { 1 + (next() % 70) as usize } else { 1 };

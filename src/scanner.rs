@@ -5,8 +5,8 @@
 //! `\s+(?!\S)` lookahead — in one forward pass with no regex machinery. Character classes
 //! come from the regex engines' own Unicode tables (`char_classes.rs`). Differential tests
 //! against fancy-regex (here and in the Python suite) check the equivalence. The cl100k
-//! family and o200k split ASCII text a window of 64 bytes at a time (`bitwise_split.rs`)
-//! and fall back to the character-by-character scan here elsewhere.
+//! family and o200k split ASCII text and two-byte letters a window of 64 bytes at a time
+//! (`bitwise_split.rs`) and fall back to the character-by-character scan here elsewhere.
 
 use crate::bitwise_split;
 use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
@@ -476,9 +476,9 @@ impl Scanner {
 }
 
 /// The pieces of a text (see [`Scanner::spans`]). The cl100k family and o200k take whole
-/// windows of ASCII text at a time (`bitwise_split.rs`), and one piece at a time elsewhere
-/// (non-ASCII text, the last 64 bytes, runs longer than a window); r50k one piece at a
-/// time.
+/// windows of ASCII text and two-byte letters at a time (`bitwise_split.rs`), and one
+/// piece at a time elsewhere (other non-ASCII text, the last 64 bytes, runs longer than a
+/// window); r50k one piece at a time.
 pub struct Spans<'s, 't> {
     scanner: &'s Scanner,
     b: &'t [u8],
@@ -491,14 +491,17 @@ pub struct Spans<'s, 't> {
 
 impl Spans<'_, '_> {
     /// The end of the next piece, from a new window of the text at the next piece's start
-    /// when `starts` finds whole pieces in it (`None` otherwise). A window pays when at
-    /// least its first sixteen bytes are ASCII.
+    /// when `starts` finds whole pieces in it (`None` otherwise). A window is not tried
+    /// when a character of three or four bytes, which ends it, comes within its first
+    /// sixteen bytes.
     #[inline(always)]
     fn window(&mut self, starts: impl FnOnce(&[u8], usize) -> Option<u64>) -> Option<usize> {
         let (b, i) = (self.b, self.i);
         let w = b.get(i..i + 64)?;
         let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
-        if (x | y) & 0x8080_8080_8080_8080 != 0 {
+        // A byte of 0xE0 or more leads such a character (bits 7, 6 and 5 set).
+        let three = |v: u64| v & (v << 1) & (v << 2) & 0x8080_8080_8080_8080;
+        if three(x) | three(y) != 0 {
             return None;
         }
         let starts = starts(b, i)?;
