@@ -218,12 +218,18 @@ const RUN_TEXTS: usize = 256;
 /// and encodes a run of its own (with the GIL released, as when it waits at the end). So
 /// there are never more threads at work than cores (the pool encoding with all `threads`
 /// while this thread built the lists left three busy threads on two cores).
-fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedStr], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
+///
+/// Before all that, this thread gets each text's UTF-8 from CPython (which converts, and
+/// keeps, that of every text not pure ASCII: a few ms for a few MB, and it needs the GIL),
+/// handing the texts over one by one as the pool threads encode the ones before: done
+/// first, on its own, it was the part of a two-thread batch that did not run in parallel.
+fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
     if n <= 1 || threads <= 1 {
         // One thread: encode here (this thread's piece cache stays warm across calls).
-        let out = py.detach(|| enc.encode_batch(texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
+        let texts = texts.iter().map(|t| t.to_str()).collect::<PyResult<Vec<&str>>>()?;
+        let out = py.detach(|| enc.encode_batch(&texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
         let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
@@ -231,46 +237,57 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, Error)> = None;
     let claims = batch::Claims::new(n);
+    let ready = batch::Ready::<&str>::new(n);
     let encode_run = |run: &mut Encoded| {
         while !run.full() {
             let Some(i) = claims.claim() else { break };
-            run.add(i, |ids| enc.encode_in_batch(&texts[i], policy, threads, ids));
+            let Some(text) = ready.wait(i) else { break }; // this thread gave up
+            run.add(i, |ids| enc.encode_in_batch(text, policy, threads, ids));
         }
     };
+    // Each helper owns a sender: once all are done, even by a panic, the channel closes.
     let (tx, rx) = std::sync::mpsc::channel::<Encoded>();
-    std::thread::scope(|scope| -> PyResult<()> {
-        let encode_run = &encode_run;
-        // The sender lives in the helpers' thread: once they are done, even by a panic,
-        // the wait below ends.
-        let helpers = scope.spawn(move || {
-            batch::on_helpers(threads - 1, || loop {
-                let mut run = Encoded::default();
-                encode_run(&mut run);
-                if run.texts.is_empty() {
-                    break;
-                }
-                let _ = tx.send(run); // the receiver outlives the helpers
-            })
-        });
-        let mut take = |run: Encoded| -> PyResult<()> {
-            let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-            for (i, result) in run.texts {
-                match result {
-                    Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc, &run.ids[range])?),
-                    Err(e) => {
-                        if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
-                            failed = Some((i, e));
-                        }
+    let senders = (1..threads).map(|_| tx.clone()).collect();
+    drop(tx);
+    let helper = |tx: std::sync::mpsc::Sender<Encoded>| loop {
+        let mut run = Encoded::default();
+        encode_run(&mut run);
+        if run.texts.is_empty() {
+            break;
+        }
+        let _ = tx.send(run); // the receiver outlives the helpers
+    };
+    // A receiver is not `Sync`; this one is used with the GIL released.
+    let rx = Mutex::new(rx);
+    let next_run = |wait: bool| {
+        py.detach(|| {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+            if wait { rx.recv().ok() } else { rx.try_recv().ok() }
+        })
+    };
+    let mut take = |run: Encoded| -> PyResult<()> {
+        let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, result) in run.texts {
+            match result {
+                Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc, &run.ids[range])?),
+                Err(e) => {
+                    if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
+                        failed = Some((i, e));
                     }
                 }
             }
-            Ok(())
-        };
-        let mut rx = rx;
+        }
+        Ok(())
+    };
+    let mut this_thread = || -> PyResult<()> {
+        // The texts' UTF-8, in order, while the helpers start on the first ones.
+        for (i, t) in texts.iter().enumerate() {
+            ready.set(i, t.to_str()?);
+        }
         let mut own = Encoded::default();
         loop {
             // Whatever the helpers finished, then a run of this thread's own.
-            while let Ok(run) = rx.try_recv() {
+            while let Some(run) = next_run(false) {
                 take(run)?;
             }
             own.ids.clear();
@@ -280,22 +297,24 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[PyBackedS
                 take(std::mem::take(&mut own))?;
                 continue;
             }
-            // All claimed: wait for the helpers' last runs.
-            let (back, next) = py.detach(move || {
-                let next = rx.recv();
-                (rx, next)
-            });
-            rx = back;
-            match next {
-                Ok(run) => take(run)?,
-                Err(_) => break, // the helpers are done and every run is in
+            // All claimed: the helpers' last runs, until they are done.
+            match next_run(true) {
+                Some(run) => take(run)?,
+                None => return Ok(()),
             }
         }
-        match helpers.join() {
-            Ok(r) => r.map_err(|e| to_py_err(py, e)),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })?;
+    };
+    batch::with_helpers(senders, helper, || {
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut this_thread));
+        // Whether this thread finished, failed (a text that is no valid UTF-8, or no
+        // memory for a list) or panicked: the helpers stop at their next text, and this
+        // thread waits for them with the GIL released (a helper may be queued behind
+        // another call's, which waits for its own caller to take the GIL).
+        ready.give_up();
+        while next_run(true).is_some() {}
+        done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+    .map_err(|e| to_py_err(py, e))??;
     if let Some((_, e)) = failed {
         return Err(to_py_err(py, e));
     }
@@ -359,14 +378,14 @@ impl PyCoreBPE {
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
-    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
+    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let enc = &self.inner;
         encode_batch_to_lists(py, enc, &texts, Some(&policy), num_threads)
     }
 
     #[pyo3(signature = (texts, num_threads))]
-    fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: Vec<PyBackedStr>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
+    fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let enc = &self.inner;
         encode_batch_to_lists(py, enc, &texts, None, num_threads)
     }

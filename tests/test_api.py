@@ -545,6 +545,45 @@ def test_batch_one_huge_document_and_many_small(encs, corpus):
     assert got == expected
 
 
+@pytest.mark.parametrize("at", [0, 1, 1999, 3999])
+def test_batch_with_a_lone_surrogate_anywhere(cl100k, at):
+    """The pool starts encoding while the texts are still being converted to UTF-8: a text
+    that cannot be converted, early or late, must stop the call with CPython's own error
+    (no hang), and the public call then encodes the batch as tiktoken does."""
+    tm, tt = cl100k
+    texts = [f"línea {i}: ¿qué tal? данные 数据 😀 " * (i % 5 + 1) for i in range(4000)]
+    texts[at] = texts[at][:7] + "\ud800" + texts[at][7:]
+    for threads in (2, 8):
+        with pytest.raises(UnicodeEncodeError):
+            tm._core_bpe.encode_ordinary_batch(texts, threads)
+        got = tm.encode_ordinary_batch(texts, num_threads=threads)
+        assert got[at] == tt.encode_ordinary(texts[at])
+        assert got == [tt.encode_ordinary(t) for t in texts]
+
+
+def test_concurrent_batches_some_failing(cl100k):
+    """Batches from several Python threads at once share the pool: those that stop early
+    (a lone surrogate) must neither hang nor disturb the others."""
+    tm, tt = cl100k
+    texts = [f"doc {i}: naïve café — {i * 7919} ünïcödé 😀 " * (i % 9 + 1) for i in range(1500)]
+    expected = [tt.encode_ordinary(t) for t in texts]
+    bad = list(texts)
+    bad[1100] = "\udc80" + bad[1100]
+
+    def work(k):
+        if k % 2:
+            try:
+                tm._core_bpe.encode_ordinary_batch(bad, 2)
+            except UnicodeEncodeError:
+                return "raised"
+            return "did not raise"
+        return tm.encode_ordinary_batch(texts, num_threads=2) == expected
+
+    with ThreadPoolExecutor(4) as ex:
+        outcomes = list(ex.map(work, range(16)))
+    assert outcomes == [True, "raised"] * 8
+
+
 def test_concurrent_use_from_python_threads(encs, corpus):
     tm, tt = encs
     texts = corpus.texts[:64]
