@@ -518,7 +518,7 @@ impl PySpanCounter {
         let inner = &self.inner;
         let mut failure: Option<PyErr> = None;
         let result = py.detach(|| {
-            let (spans, counts) = inner.sorted();
+            let (spans, counts) = inner.sorted()?;
             trainer::learn_merges(&spans, &counts, num_merges, |p| {
                 Python::attach(|py| {
                     let outcome = py.check_signals().and_then(|_| match &progress {

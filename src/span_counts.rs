@@ -110,11 +110,12 @@ impl SpanCounts {
     }
 
     /// The distinct spans as byte strings with their counts, sorted by bytes so that what
-    /// follows does not depend on hash order.
-    pub fn sorted(&self) -> (Vec<&[u8]>, Vec<u64>) {
+    /// follows does not depend on hash order. Sorted on this crate's pools, never rayon's
+    /// global one, whose threads a forked child does not have (a sort there never ended).
+    pub fn sorted(&self) -> Result<(Vec<&[u8]>, Vec<u64>)> {
         let mut v: Vec<(&[u8], u64)> = self.counts.iter().map(|(k, &c)| (k.as_bytes(), c)).collect();
-        v.par_sort_unstable_by(|a, b| a.0.cmp(b.0));
-        v.into_iter().unzip()
+        batch::pool(batch::available_cores())?.install(|| v.par_sort_unstable_by(|a, b| a.0.cmp(b.0)));
+        Ok(v.into_iter().unzip())
     }
 }
 
@@ -131,10 +132,10 @@ mod tests {
         for chunk in docs.chunks(33) {
             b.add(chunk, 8).unwrap();
         }
-        assert_eq!(a.sorted(), b.sorted());
+        assert_eq!(a.sorted().unwrap(), b.sorted().unwrap());
         assert_eq!(a.documents(), 500);
         assert_eq!(a.total_spans(), b.total_spans());
-        let (spans, counts) = a.sorted();
+        let (spans, counts) = a.sorted().unwrap();
         let i = spans.iter().position(|s| *s == b"hello").unwrap();
         assert_eq!(counts[i], 500);
     }

@@ -8,7 +8,11 @@ written down by hand.
 from __future__ import annotations
 
 import functools
+import os
 import re
+import signal
+import sys
+import time
 import warnings
 
 import pytest
@@ -386,6 +390,36 @@ def test_repeated_training_is_identical(det_text):
     assert trainer.train(600, progress=False)._merges == a._merges
     # A smaller vocabulary is a prefix of a larger one.
     assert trainer.train(400, progress=False)._merges == a._merges[:144]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs POSIX fork")
+def test_training_in_a_forked_child(det_text, det_baseline):
+    """A child forked after the parent trained has none of the parent's pool threads:
+    counting and the sort of the spans must not wait for them. The child gets a deadline,
+    so that a regression fails here rather than hanging the run."""
+    assert train(det_text, 1200, threads=2)._merges == det_baseline  # pools exist now
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads, 3.12+
+        pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            code = 0 if train(det_text, 1200, threads=2)._merges == det_baseline else 2
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("training in the forked child did not finish in 60 s")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 # ----------------------------------------------------------------------------------------
