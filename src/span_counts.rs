@@ -69,11 +69,8 @@ impl SpanCounts {
             }
             Ok(())
         };
-        if workers == 1 {
-            docs.chunks(slice).try_for_each(count_slice)?;
-        } else {
-            batch::pool(workers)?.install(|| docs.par_chunks(slice).try_for_each(count_slice))?;
-        }
+        let slices: Vec<&[S]> = docs.chunks(slice).collect();
+        batch::map(&slices, workers, |s| count_slice(s))?;
         self.documents += docs.len() as u64;
         self.bytes += docs.iter().map(|d| d.as_ref().len() as u64).sum::<u64>();
         Ok(())
