@@ -507,7 +507,7 @@ def test_returned_ids_hold_exactly_one_reference_each(cl100k):
     assert hello > 256
     before = sys.getrefcount(hello)
     lists = [tm.encode_ordinary(text) for _ in range(50)]
-    lists += tm.encode_ordinary_batch([text] * 50, num_threads=2)
+    lists += tm.encode_ordinary_batch([text] * 500, num_threads=2)  # above SMALL_BATCH: the pool builds runs
     assert all(ids[0] is hello for ids in lists)
     places = sum(ids.count(hello) for ids in lists)
     assert places >= len(lists)
