@@ -207,10 +207,10 @@ impl Encoded {
     }
 }
 
-/// A batch of fewer characters than this is encoded on the calling thread alone: starting
-/// a pool thread and handing results back cost more than they save. Measured with batches
-/// of fresh lines of the benchmark's text: 1-2 KB took 53-158 µs on one thread against
-/// 72-187 µs on two; from about 16 KB on, two threads were faster.
+/// A batch of fewer characters than this is encoded on the calling thread alone: going
+/// through the pool costs about 25 µs a call (a batch of four short texts took 51 µs
+/// through it and 26 µs without, both with 25 µs of the since-removed core-count reads),
+/// more than a pool thread saves on a few KB.
 const SMALL_BATCH: usize = 4096;
 
 /// A run of encoded texts is handed over once it holds this many ids or texts.
@@ -273,13 +273,12 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         }
         let _ = tx.send(run); // the receiver outlives the helpers
     };
-    // A receiver is not `Sync`; this one is used with the GIL released.
+    // A receiver is not `Sync`, and this one is waited on with the GIL released. Only
+    // this thread ever locks it.
     let rx = Mutex::new(rx);
     let next_run = |wait: bool| {
-        py.detach(|| {
-            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-            if wait { rx.recv().ok() } else { rx.try_recv().ok() }
-        })
+        let take = || rx.lock().unwrap_or_else(|e| e.into_inner());
+        if wait { py.detach(|| take().recv().ok()) } else { take().try_recv().ok() }
     };
     let mut take = |run: Encoded| -> PyResult<()> {
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
