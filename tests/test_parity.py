@@ -196,6 +196,25 @@ def test_hyp_encode_ordinary_fragments(encs, text):
                      what="encode_ordinary")
 
 
+# Prose long enough to push a batch past the size below which it is encoded on the
+# calling thread (4096 characters), so that the texts around it go through the pool.
+POOL_FILLER = "The quick brown fox jumps over the lazy dog; 1234 naïve cafés. " * 80
+
+
+@given(texts=st.lists(st.one_of(fragment_text, any_text), max_size=12),
+       at=st.integers(min_value=0, max_value=12),
+       num_threads=st.sampled_from([2, 8]))
+def test_hyp_batch_through_the_pool(encs, texts, at, num_threads):
+    tm, tt = encs
+    texts = texts[:at] + [POOL_FILLER] + texts[at:]
+    assert sum(map(len, texts)) >= 4096
+    assert tm.encode_ordinary_batch(texts, num_threads=num_threads) == [
+        tt.encode_ordinary(t) for t in texts
+    ]
+    assert_same_outcome(lambda: tm.encode_batch(texts, num_threads=num_threads),
+                        lambda: tt.encode_batch(texts, num_threads=num_threads))
+
+
 @given(text=st.one_of(fragment_text, any_text))
 def test_hyp_encode_variants(encs, text):
     tm, tt = encs
