@@ -211,6 +211,9 @@ def test_hyp_batch_through_the_pool(encs, texts, at, num_threads):
     assert tm.encode_ordinary_batch(texts, num_threads=num_threads) == [
         tt.encode_ordinary(t) for t in texts
     ]
+    assert tm.encode_batch(texts, allowed_special="all", num_threads=num_threads) == [
+        tt.encode(t, allowed_special="all") for t in texts
+    ]
     assert_same_outcome(lambda: tm.encode_batch(texts, num_threads=num_threads),
                         lambda: tt.encode_batch(texts, num_threads=num_threads))
 
