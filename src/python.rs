@@ -213,6 +213,11 @@ impl Encoded {
 /// more than a pool thread saves on a few KB.
 const SMALL_BATCH: usize = 4096;
 
+/// A decoding batch of fewer ids than this is decoded on the calling thread alone (10
+/// short lists, 126 ids: 6 µs on one thread, 25 µs through the pool; 100 lists, 1,137
+/// ids: 40 against 62 µs).
+const SMALL_DECODE_BATCH: usize = 4096;
+
 /// A run of encoded texts is handed over once it holds this many ids or texts.
 const RUN_IDS: usize = 1 << 14;
 const RUN_TEXTS: usize = 256;
@@ -430,8 +435,10 @@ impl PyCoreBPE {
     #[pyo3(signature = (batch, num_threads))]
     fn decode_bytes_batch<'py>(&self, py: Python<'py>, batch: Vec<Vec<Rank>>, num_threads: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let enc = &self.inner;
+        let ids: usize = batch.iter().map(Vec::len).sum();
+        let threads = if ids < SMALL_DECODE_BATCH { 1 } else { num_threads };
         let out = py
-            .detach(|| batch::map(&batch, num_threads, |t| enc.decode_bytes(t)))
+            .detach(|| batch::map(&batch, threads, |t| enc.decode_bytes(t)))
             .map_err(|e| to_py_err(py, e))?;
         Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
     }

@@ -89,6 +89,12 @@ def test_hyp_decode_batch_random_ids(encs, data):
                         lambda: [tt.decode_bytes(ids) for ids in batch])
     assert_same_outcome(lambda: tm.decode_bytes_batch(batch, num_threads=2),
                         lambda: [tt.decode_bytes(ids) for ids in batch])
+    # Past 4096 ids a batch is decoded on the pool: the same lists around a long one.
+    at = data.draw(st.integers(min_value=0, max_value=len(batch)))
+    big = batch[:at] + [tt.encode_ordinary("Fourscore and seven years ago; " * 700)] + batch[at:]
+    assert sum(map(len, big)) >= 4096
+    assert_same_outcome(lambda: tm.decode_bytes_batch(big, num_threads=2),
+                        lambda: [tt.decode_bytes(ids) for ids in big])
 
 
 def test_decode_batch_matches_tiktoken_batch(encs):
