@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyStringData};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::batch;
@@ -497,9 +496,29 @@ impl PySpanCounter {
 
     /// Splits and counts a batch of documents in parallel, without the GIL.
     #[pyo3(signature = (docs, num_threads))]
-    fn update(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>, num_threads: usize) -> PyResult<()> {
+    fn update<'py>(&mut self, py: Python<'py>, docs: Vec<Bound<'py, PyString>>, num_threads: usize) -> PyResult<()> {
+        // Documents are read as UTF-8 without leaving a copy behind: `to_str` has CPython
+        // make the UTF-8 of a str that is not ASCII and keep it as long as the str lives,
+        // which a caller holding its corpus pays for the whole training. ASCII text is read
+        // in place; other text goes through a `bytes` object freed when this call returns.
+        let converted = docs
+            .iter()
+            // SAFETY: `data` only reads the str's storage, which lives as long as `d`.
+            .map(|d| match unsafe { d.data() } {
+                Ok(PyStringData::Ucs1(b)) if b.is_ascii() => Ok(None),
+                _ => d.encode_utf8().map(Some),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let texts = docs
+            .iter()
+            .zip(&converted)
+            .map(|(d, c)| match c {
+                None => d.to_str(),
+                Some(bytes) => std::str::from_utf8(bytes.as_bytes()).map_err(|e| PyValueError::new_err(e.to_string())),
+            })
+            .collect::<PyResult<Vec<&str>>>()?;
         let inner = &mut self.inner;
-        py.detach(|| inner.add(&docs, num_threads)).map_err(|e| to_py_err(py, e))
+        py.detach(|| inner.add(&texts, num_threads)).map_err(|e| to_py_err(py, e))
     }
 
     /// Adds `count` occurrences of one span, as if it had been found in the text.

@@ -392,6 +392,17 @@ def test_repeated_training_is_identical(det_text):
     assert trainer.train(400, progress=False)._merges == a._merges[:144]
 
 
+def test_documents_of_every_storage_width_and_lone_surrogates():
+    """CPython stores a str as ASCII, Latin-1, UCS-2 or UCS-4; counting reads each
+    correctly, and lone surrogates are replaced by U+FFFD first, as in encoding."""
+    docs = ["plain ascii words and more words", "café crème brûlée café", "日本語の文 日本語",
+            "emoji 😀😀 emoji", "caf\udce9 au lait", "lone \ud800 high"] * 3
+    fixed = [d.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for d in docs]
+    trained = train(docs, 290, threads=2)
+    assert trained._merges == train(fixed, 290, threads=1)._merges
+    assert trained._merges == expected_merges(fixed, 290 - 256)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs POSIX fork")
 def test_training_in_a_forked_child(det_text, det_baseline):
     """A child forked after the parent trained has none of the parent's pool threads:
