@@ -125,8 +125,8 @@ impl Claims {
 }
 
 /// The items of a batch as one thread makes them ready, in order, for the threads that
-/// claimed them: the caller's thread turns each Python `str` into UTF-8 (which needs the
-/// GIL) while the pool threads already encode the texts made ready before it. Once the
+/// claimed them: the caller's thread turns each Python `str` into UTF-8 (it holds the
+/// GIL, and the strs) while the pool threads already encode the texts made ready before it. Once the
 /// maker gives up (it met a text it cannot convert, or stopped early for any reason),
 /// every waiter, now or later, gets `None`, so that the helpers stop.
 pub struct Ready<T> {
@@ -134,7 +134,7 @@ pub struct Ready<T> {
     given_up: AtomicBool,
 }
 
-impl<T: Copy> Ready<T> {
+impl<T> Ready<T> {
     pub fn new(n: usize) -> Self {
         Self { items: (0..n).map(|_| std::sync::OnceLock::new()).collect(), given_up: AtomicBool::new(false) }
     }
@@ -151,14 +151,14 @@ impl<T: Copy> Ready<T> {
 
     /// Item `i`, once it is ready; `None` once the maker has given up. Spins, then yields:
     /// the maker is expected to keep well ahead of the waiters.
-    pub fn wait(&self, i: usize) -> Option<T> {
+    pub fn wait(&self, i: usize) -> Option<&T> {
         let mut spins = 0u32;
         loop {
             if self.given_up.load(Ordering::Acquire) {
                 return None;
             }
             if let Some(item) = self.items[i].get() {
-                return Some(*item);
+                return Some(item);
             }
             if spins < 64 {
                 spins += 1;
@@ -240,7 +240,7 @@ mod tests {
         let sum = AtomicUsize::new(0);
         let take = || {
             while let Some(i) = claims.claim() {
-                sum.fetch_add(ready.wait(i).expect("never given up"), Ordering::Relaxed);
+                sum.fetch_add(*ready.wait(i).expect("never given up"), Ordering::Relaxed);
             }
         };
         with_helpers(vec![(); 3], |()| take(), || (0..2000).for_each(|i| ready.set(i, i * 3))).unwrap();
@@ -252,7 +252,7 @@ mod tests {
             let waiter = s.spawn(|| (ready.wait(0), ready.wait(2)));
             std::thread::sleep(std::time::Duration::from_millis(20));
             ready.give_up();
-            assert_eq!(waiter.join().unwrap(), (Some(7), None));
+            assert_eq!(waiter.join().unwrap(), (Some(&7), None));
         });
         assert_eq!(ready.wait(0), None);
     }

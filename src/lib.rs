@@ -19,6 +19,7 @@ pub mod pretokenize;
 pub mod scanner;
 pub mod span_counts;
 pub mod special;
+pub mod str_storage;
 pub mod three_byte_tokens;
 pub mod token_table;
 pub mod trainer;

@@ -2,9 +2,10 @@
 //! that does real work releases the GIL. Engine errors become Python exceptions in exactly
 //! one place, [`to_py_err`].
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyStringData};
@@ -15,6 +16,7 @@ use crate::encoder::Encoder;
 use crate::error::{Error, Rank};
 use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
+use crate::str_storage::{Storage, Unencodable};
 use crate::trainer;
 
 /// The one mapping from engine errors to Python exceptions.
@@ -173,6 +175,39 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// A str's characters as CPython stores them, read in place.
+fn storage<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Storage<'a>> {
+    // SAFETY: `data` only reads the str's own storage, which never changes and lives as
+    // long as `text`.
+    Ok(match unsafe { text.data() }? {
+        PyStringData::Ucs1(b) => Storage::Latin1(b),
+        PyStringData::Ucs2(u) => Storage::Ucs2(u),
+        PyStringData::Ucs4(u) => Storage::Ucs4(u),
+    })
+}
+
+/// CPython's own `UnicodeEncodeError` for a str holding a lone surrogate (its message and
+/// positions, as tiktoken's callers see them).
+fn unencodable(text: &Bound<'_, PyString>, Unencodable(at): Unencodable) -> PyErr {
+    match text.to_str() {
+        Err(e) => e,
+        Ok(_) => PyUnicodeEncodeError::new_err(("utf-8", text.clone().unbind(), at, at + 1, "surrogates not allowed")),
+    }
+}
+
+/// Runs `f` on `text` as UTF-8 with the GIL released. The text is converted here (see
+/// `str_storage`), so the str does not keep a UTF-8 copy of itself afterwards, as it does
+/// when CPython converts it.
+fn with_text<R: Send>(py: Python<'_>, text: &Bound<'_, PyString>, f: impl FnOnce(&str) -> R + Send) -> PyResult<R> {
+    let chars = storage(text)?;
+    py.detach(|| chars.with_utf8(f)).map_err(|e| unencodable(text, e))
+}
+
+/// `text` as UTF-8: borrowed when it is ASCII, else converted here (see [`with_text`]).
+fn text_utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
+    storage(text)?.to_cow().map_err(|e| unencodable(text, e))
+}
+
 /// `tokens` as a Python list of ints.
 fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -229,10 +264,10 @@ const RUN_TEXTS: usize = 256;
 /// there are never more threads at work than cores (the pool encoding with all `threads`
 /// while this thread built the lists left three busy threads on two cores).
 ///
-/// Before all that, this thread gets each text's UTF-8 from CPython (which converts, and
-/// keeps, that of every text not pure ASCII: a few ms for a few MB, and it needs the GIL),
-/// handing the texts over one by one as the pool threads encode the ones before: done
-/// first, on its own, it was the part of a two-thread batch that did not run in parallel.
+/// Before all that, this thread makes each text's UTF-8 ([`text_utf8`]: a few ms for a
+/// few MB of text that is not ASCII), handing the texts over one by one as the pool
+/// threads encode the ones before: done first, on its own, it was the part of a two-thread
+/// batch that did not run in parallel.
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
@@ -248,7 +283,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
         let threads = if n <= 1 { threads } else { 1 };
-        let texts = texts.iter().map(|t| t.to_str()).collect::<PyResult<Vec<&str>>>()?;
+        let texts = texts.iter().map(text_utf8).collect::<PyResult<Vec<_>>>()?;
         let out = py.detach(|| enc.encode_batch(&texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
         let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
         let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc, t)).collect::<PyResult<Vec<_>>>()?;
@@ -257,7 +292,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, Error)> = None;
     let claims = batch::Claims::new(n);
-    let ready = batch::Ready::<&str>::new(n);
+    let ready = batch::Ready::<Cow<str>>::new(n);
     let encode_run = |run: &mut Encoded| {
         while !run.full() {
             let Some(i) = claims.claim() else { break };
@@ -301,7 +336,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     let mut this_thread = || -> PyResult<()> {
         // The texts' UTF-8, in order, while the helpers start on the first ones.
         for (i, t) in texts.iter().enumerate() {
-            ready.set(i, t.to_str()?);
+            ready.set(i, text_utf8(t)?);
         }
         let mut own = Encoded::default();
         loop {
@@ -378,21 +413,21 @@ impl PyCoreBPE {
         Ok(Self { inner: Arc::new(enc) })
     }
 
-    fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
-        let tokens = py.detach(|| self.inner.encode_ordinary(text)).map_err(|e| to_py_err(py, e))?;
+    fn encode_ordinary<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyList>> {
+        let tokens = with_text(py, text, |text| self.inner.encode_ordinary(text))?.map_err(|e| to_py_err(py, e))?;
         ids_to_list(py, &self.inner, &tokens)
     }
 
-    fn encode<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn encode<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
+        let tokens = with_text(py, text, |text| self.inner.encode(text, &policy))?.map_err(|e| to_py_err(py, e))?;
         ids_to_list(py, &self.inner, &tokens)
     }
 
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).
-    fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        let tokens = py.detach(|| self.inner.encode(text, &policy)).map_err(|e| to_py_err(py, e))?;
+        let tokens = with_text(py, text, |text| self.inner.encode(text, &policy))?.map_err(|e| to_py_err(py, e))?;
         u32_bytes(py, &tokens)
     }
 
@@ -409,9 +444,9 @@ impl PyCoreBPE {
         encode_batch_to_lists(py, enc, &texts, None, num_threads)
     }
 
-    fn encode_with_unstable(&self, py: Python<'_>, text: &str, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
+    fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        py.detach(|| self.inner.encode_with_unstable(text, &policy)).map_err(|e| to_py_err(py, e))
+        with_text(py, text, |text| self.inner.encode_with_unstable(text, &policy))?.map_err(|e| to_py_err(py, e))
     }
 
     fn encode_single_token(&self, py: Python<'_>, piece: &[u8]) -> PyResult<Rank> {
@@ -467,11 +502,9 @@ impl PyCoreBPE {
     }
 
     /// The pieces the pre-tokenizer splits `text` into (a diagnostic).
-    fn split(&self, py: Python<'_>, text: &str) -> PyResult<Vec<String>> {
-        let pieces = py
-            .detach(|| self.inner.splitter().pieces(text).map(|v| v.into_iter().map(str::to_string).collect()))
-            .map_err(|e| to_py_err(py, e))?;
-        Ok(pieces)
+    fn split(&self, py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+        with_text(py, text, |text| self.inner.splitter().pieces(text).map(|v| v.into_iter().map(str::to_string).collect()))?
+            .map_err(|e| to_py_err(py, e))
     }
 
     /// Whether the pattern runs on the fast DFA path (else on fancy-regex).
@@ -497,28 +530,9 @@ impl PySpanCounter {
     /// Splits and counts a batch of documents in parallel, without the GIL.
     #[pyo3(signature = (docs, num_threads))]
     fn update<'py>(&mut self, py: Python<'py>, docs: Vec<Bound<'py, PyString>>, num_threads: usize) -> PyResult<()> {
-        // Documents are read as UTF-8 without leaving a copy behind: `to_str` has CPython
-        // make the UTF-8 of a str that is not ASCII and keep it as long as the str lives,
-        // which a caller holding its corpus pays for the whole training. ASCII text is read
-        // in place; other text goes through a `bytes` object freed when this call returns.
-        let converted = docs
-            .iter()
-            // SAFETY: `data` only reads the str's storage, which lives as long as `d`.
-            .map(|d| match unsafe { d.data() } {
-                Ok(PyStringData::Ucs1(b)) if b.is_ascii() => Ok(None),
-                _ => d.encode_utf8().map(Some),
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let texts = docs
-            .iter()
-            .zip(&converted)
-            .map(|(d, c)| match c {
-                None => d.to_str(),
-                // SAFETY: CPython's strict UTF-8 encoder only makes valid UTF-8 (a lone
-                // surrogate raised above), so checking it again would only cost time.
-                Some(bytes) => Ok(unsafe { std::str::from_utf8_unchecked(bytes.as_bytes()) }),
-            })
-            .collect::<PyResult<Vec<&str>>>()?;
+        // Documents are read as UTF-8 without leaving a copy behind in each str (which a
+        // caller holding its corpus would pay for the whole training): see `text_utf8`.
+        let texts = docs.iter().map(text_utf8).collect::<PyResult<Vec<_>>>()?;
         let inner = &mut self.inner;
         py.detach(|| inner.add(&texts, num_threads)).map_err(|e| to_py_err(py, e))
     }

@@ -1,0 +1,256 @@
+//! A Python `str`'s text as UTF-8, converted here rather than by CPython.
+//!
+//! CPython stores a str's characters one, two or four bytes each, as wide as its widest
+//! character needs (PEP 393): Latin-1, UCS-2 or UCS-4. Asked for UTF-8
+//! (`PyUnicode_AsUTF8AndSize`, what PyO3 does to pass a `&str`), it converts every str that
+//! is not pure ASCII and keeps the copy attached to the str for as long as the str lives.
+//! Encoding a corpus held in memory then leaves a second copy of all its non-ASCII text
+//! behind (a sixth more memory for the benchmark's mix, where a str grew from 9.6 to 15.9
+//! MB; more than twice the memory for CJK text, three bytes of UTF-8 a character against
+//! two). Converting from the storage ourselves leaves the str as it was, uses one reused
+//! buffer per thread instead of a fresh allocation per str, and needs no GIL.
+//!
+//! Only a lone surrogate (a code point of U+D800..U+DFFF, which no UTF-8 encodes) cannot
+//! be converted; callers then let CPython raise its own `UnicodeEncodeError` for it.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+
+/// A str's characters as CPython stores them.
+#[derive(Clone, Copy, Debug)]
+pub enum Storage<'a> {
+    Latin1(&'a [u8]),
+    Ucs2(&'a [u16]),
+    Ucs4(&'a [u32]),
+}
+
+/// The str holds a code point that has no UTF-8 (a lone surrogate) at this index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unencodable(pub usize);
+
+/// A converted text longer than this does not keep its thread's buffer at that size.
+const KEEP_BUFFER: usize = 16 << 20;
+
+thread_local! {
+    static BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl<'a> Storage<'a> {
+    /// The text as UTF-8: borrowed when it is ASCII, else converted into a new string.
+    pub fn to_cow(self) -> Result<Cow<'a, str>, Unencodable> {
+        if let Some(ascii) = self.ascii() {
+            return Ok(Cow::Borrowed(ascii));
+        }
+        let mut s = String::new();
+        self.convert_into(&mut s)?;
+        // (room was made for the widest characters; the string may be kept a while)
+        s.shrink_to_fit();
+        Ok(Cow::Owned(s))
+    }
+
+    /// Runs `f` on the text as UTF-8: borrowed when it is ASCII, else converted into this
+    /// thread's buffer (kept for the next call unless it grew past [`KEEP_BUFFER`]).
+    pub fn with_utf8<R>(self, f: impl FnOnce(&str) -> R) -> Result<R, Unencodable> {
+        if let Some(ascii) = self.ascii() {
+            return Ok(f(ascii));
+        }
+        BUFFER.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                let result = self.convert_into(&mut buf).map(|()| f(&buf));
+                if buf.capacity() > KEEP_BUFFER {
+                    *buf = String::new();
+                }
+                result
+            }
+            // (only if `f` itself converted a text on this thread)
+            Err(_) => {
+                let mut own = String::new();
+                self.convert_into(&mut own)?;
+                Ok(f(&own))
+            }
+        })
+    }
+
+    /// The text itself when it is pure ASCII (stored as Latin-1, every byte below 0x80).
+    fn ascii(self) -> Option<&'a str> {
+        match self {
+            // SAFETY: ASCII bytes are UTF-8 as they stand (one pass over the text, not two).
+            Storage::Latin1(bytes) if bytes.is_ascii() => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
+            _ => None,
+        }
+    }
+
+    /// Replaces `out`'s contents with the text's UTF-8.
+    fn convert_into(self, out: &mut String) -> Result<(), Unencodable> {
+        // SAFETY: `write_utf8` leaves `bytes` as UTF-8 whether it succeeds or not (an
+        // error leaves it empty).
+        let bytes = unsafe { out.as_mut_vec() };
+        match self {
+            Storage::Latin1(chars) => write_utf8::<u8, 2>(chars, bytes),
+            Storage::Ucs2(chars) => write_utf8::<u16, 3>(chars, bytes),
+            Storage::Ucs4(chars) => write_utf8::<u32, 4>(chars, bytes),
+        }
+    }
+}
+
+/// Replaces `out`'s contents with the UTF-8 of the code points `chars` (`WIDEST`: the most
+/// bytes one of them can take), or with nothing if one has no UTF-8 (a surrogate, or
+/// beyond U+10FFFF). Written straight into `out`'s spare capacity, runs of eight ASCII
+/// characters at a time: with `String::push` per character this took 1.6 times as long
+/// as CPython's own conversion of the benchmark's non-ASCII documents.
+#[inline(always)]
+fn write_utf8<T: Copy + Into<u32>, const WIDEST: usize>(chars: &[T], out: &mut Vec<u8>) -> Result<(), Unencodable> {
+    out.clear();
+    out.reserve(chars.len() * WIDEST);
+    let spare = &mut out.spare_capacity_mut()[..chars.len() * WIDEST];
+    let mut w = 0;
+    let mut i = 0;
+    while i < chars.len() {
+        if let Some(run) = chars.get(i..i + 8) {
+            if run.iter().fold(0, |all, &c| all | c.into()) < 0x80 {
+                for (k, &c) in run.iter().enumerate() {
+                    spare[w + k].write(c.into() as u8);
+                }
+                w += 8;
+                i += 8;
+                continue;
+            }
+        }
+        let c: u32 = chars[i].into();
+        if c < 0x80 {
+            spare[w].write(c as u8);
+            w += 1;
+        } else if c < 0x800 {
+            spare[w].write(0xC0 | (c >> 6) as u8);
+            spare[w + 1].write(0x80 | (c & 0x3F) as u8);
+            w += 2;
+        } else if c < 0x10000 {
+            if (0xD800..0xE000).contains(&c) {
+                return Err(Unencodable(i));
+            }
+            spare[w].write(0xE0 | (c >> 12) as u8);
+            spare[w + 1].write(0x80 | (c >> 6 & 0x3F) as u8);
+            spare[w + 2].write(0x80 | (c & 0x3F) as u8);
+            w += 3;
+        } else if c < 0x110000 {
+            spare[w].write(0xF0 | (c >> 18) as u8);
+            spare[w + 1].write(0x80 | (c >> 12 & 0x3F) as u8);
+            spare[w + 2].write(0x80 | (c >> 6 & 0x3F) as u8);
+            spare[w + 3].write(0x80 | (c & 0x3F) as u8);
+            w += 4;
+        } else {
+            return Err(Unencodable(i));
+        }
+        i += 1;
+    }
+    // SAFETY: bytes 0..w were all written above.
+    unsafe { out.set_len(w) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of `code_points`, stored as CPython would store it (the narrowest width
+    /// that holds them all, or `width` if wider).
+    fn stored(code_points: &[u32], width: u8) -> (Vec<u8>, Vec<u16>, Vec<u32>, u8) {
+        let widest = code_points.iter().max().copied().unwrap_or(0);
+        let w = width.max(if widest > 0xFFFF { 4 } else if widest > 0xFF { 2 } else { 1 });
+        (
+            code_points.iter().map(|&c| c as u8).collect(),
+            code_points.iter().map(|&c| c as u16).collect(),
+            code_points.to_vec(),
+            w,
+        )
+    }
+
+    fn storage<'a>(s: &'a (Vec<u8>, Vec<u16>, Vec<u32>, u8)) -> Storage<'a> {
+        match s.3 {
+            1 => Storage::Latin1(&s.0),
+            2 => Storage::Ucs2(&s.1),
+            _ => Storage::Ucs4(&s.2),
+        }
+    }
+
+    /// What the conversion must give: the chars' UTF-8, or the index of the first code
+    /// point that is no char.
+    fn expected(code_points: &[u32]) -> Result<String, Unencodable> {
+        code_points.iter().enumerate().map(|(i, &c)| char::from_u32(c).ok_or(Unencodable(i))).collect()
+    }
+
+    fn check(code_points: &[u32]) {
+        for width in [1, 2, 4] {
+            let s = stored(code_points, width);
+            let want = expected(code_points);
+            assert_eq!(storage(&s).to_cow().map(Cow::into_owned), want, "{code_points:x?} width {}", s.3);
+            assert_eq!(storage(&s).with_utf8(str::to_string), want, "{code_points:x?} width {}", s.3);
+        }
+    }
+
+    #[test]
+    fn every_width_converts_every_kind_of_code_point() {
+        // The edges of each UTF-8 length, the surrogates' edges, and runs of ASCII long
+        // enough to take the eight-at-a-time path, with a wider character at each place.
+        let edges = [0, 0x41, 0x7F, 0x80, 0xE9, 0xFF, 0x100, 0x7FF, 0x800, 0x4E2D, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF];
+        for &c in &edges {
+            check(&[c]);
+            for at in 0..20 {
+                let mut run: Vec<u32> = (0..19).map(|i| 0x61 + i % 26).collect();
+                run.insert(at, c);
+                check(&run);
+            }
+        }
+        check(&[]);
+        check(&edges);
+        let mut all_bmp: Vec<u32> = (0..0x10000).filter(|c| !(0xD800..0xE000).contains(c)).collect();
+        check(&all_bmp);
+        all_bmp.reverse();
+        check(&all_bmp);
+    }
+
+    #[test]
+    fn a_surrogate_is_reported_where_it_is() {
+        for s in [0xD800, 0xDBFF, 0xDC00, 0xDFFF] {
+            for at in [0, 1, 7, 8, 9, 30] {
+                let mut cps: Vec<u32> = (0..31).map(|i| 0x61 + i % 26).collect();
+                cps[at] = s;
+                check(&cps);
+                cps.push(0x1F600);
+                check(&cps);
+                let s2 = stored(&cps, 2);
+                assert_eq!(storage(&s2).to_cow(), Err(Unencodable(at)));
+            }
+        }
+        // A pair of surrogates is two code points in a str, neither of them encodable.
+        check(&[0x61, 0xD83D, 0xDE00]);
+    }
+
+    #[test]
+    fn ascii_is_borrowed_and_the_buffer_is_reused() {
+        let text = b"plain ASCII text".to_vec();
+        let Ok(Cow::Borrowed(s)) = Storage::Latin1(&text).to_cow() else { panic!("ASCII was copied") };
+        assert_eq!(s.as_ptr(), text.as_ptr());
+        let latin1 = [0x63u8, 0x61, 0x66, 0xE9];
+        assert_eq!(Storage::Latin1(&latin1).to_cow(), Ok(Cow::Owned::<str>("café".to_string())));
+        // The second conversion on a thread writes where the first one did.
+        let first = Storage::Latin1(&latin1).with_utf8(|s| s.as_ptr() as usize).unwrap();
+        let second = Storage::Ucs2(&[0x4E2D, 0x6587]).with_utf8(|s| (s.as_ptr() as usize, s.to_string())).unwrap();
+        assert_eq!(second, (first, "中文".to_string()));
+        // A conversion inside another one gets a buffer of its own.
+        let nested = Storage::Latin1(&latin1).with_utf8(|outer| {
+            let inner = Storage::Ucs4(&[0x1F600]).with_utf8(str::to_string).unwrap();
+            (outer.to_string(), inner)
+        });
+        assert_eq!(nested, Ok(("café".to_string(), "😀".to_string())));
+    }
+
+    #[test]
+    fn a_huge_text_does_not_keep_its_buffer() {
+        let big = vec![0xE9u8; KEEP_BUFFER];
+        assert_eq!(Storage::Latin1(&big).with_utf8(str::len), Ok(2 * KEEP_BUFFER));
+        assert!(BUFFER.with(|b| b.borrow().capacity()) <= KEEP_BUFFER);
+        Storage::Latin1(&[0xE9]).with_utf8(|_| ()).unwrap();
+        assert!(BUFFER.with(|b| b.borrow().capacity()) > 0);
+    }
+}
