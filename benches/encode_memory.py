@@ -1,0 +1,113 @@
+"""What encoding leaves behind in the caller's strings: tokenmill and its peers, in one run.
+
+CPython stores a ``str`` one, two or four bytes a character. A binding that asks it for
+the text as UTF-8 (``PyUnicode_AsUTF8AndSize``, which is what a PyO3 ``&str`` argument
+does) gets a UTF-8 copy of every string that is not pure ASCII, and CPython keeps that
+copy attached to the string for as long as the string lives. Encoding a corpus held in
+memory can then grow it by more than half. This script measures it, for each library in a
+fresh process:
+
+* ``strings``: ``sys.getsizeof`` summed over the documents, before and after one
+  ``encode_ordinary`` call each (``sys.getsizeof`` counts a string's UTF-8 copy once it
+  has one); the ids are dropped as they come, and only their number is kept (the same for
+  every library that encodes exactly).
+
+(The process's resident memory is no measure of this: the copies mostly land in memory
+the process had freed already.)
+
+The documents are the non-ASCII ones of ``encode_compare.py``'s long stream (by default
+20 MB, of which the documents not pure ASCII are a part: the UI catalogues in many
+languages, and the docs and code that hold a few non-ASCII characters), each a new string
+object in every process. How each library is loaded is ``encode_compare.py``'s.
+
+Usage:
+    python benches/encode_memory.py [--mb 20] [--encoding cl100k_base] [--libs tokenmill tiktoken ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
+from machine_info import machine_line, python_line, versions
+
+
+def worker(spec: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="encode_memory-") as tmp:
+        encode, _, _ = _build(spec["lib"], spec["encoding"], spec, tmp)
+        # New string objects, none of them converted to UTF-8 before.
+        docs: List[str] = ["".join(list(d)) for d in json.loads(Path(spec["docs"]).read_text(encoding="utf-8"))]
+        encode("warm up")
+        gc.collect()
+        before = sum(map(sys.getsizeof, docs))
+        tokens = 0
+        for d in docs:
+            tokens += len(encode(d))
+        gc.collect()
+        after = sum(map(sys.getsizeof, docs))
+    Path(spec["out"]).write_text(json.dumps({"before": before, "after": after, "tokens": tokens}))
+
+
+def run(spec: dict, tmp: str) -> Optional[dict]:
+    spec = dict(spec, out=os.path.join(tmp, "out.json"))
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+        env=dict(os.environ, TOKENMILL_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        print(f"  {spec['lib']} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        return None
+    return json.loads(Path(spec["out"]).read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=20.0, help="MB of the long stream to take the documents from (default 20)")
+    ap.add_argument("--encoding", default="cl100k_base")
+    ap.add_argument("--libs", nargs="+", default=list(RUN_ORDER), choices=RUN_ORDER)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return 0
+
+    from tokenmill.load import cache_path_for
+
+    vocab_file = cache_path_for(BLOB_URL.format(name=args.encoding))
+    if vocab_file is None or not os.path.isfile(vocab_file):
+        print(f"{args.encoding}'s vocabulary is not in tiktoken's cache ({vocab_file}); nothing is downloaded")
+        return 1
+    libs = [lib for lib in args.libs if importlib.util.find_spec(LIBRARIES[lib][0]) is not None]
+    print(machine_line())
+    print(python_line())
+    print("versions: " + ", ".join(versions([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
+    (docs,), _ = build_slices([int(args.mb * 1e6)])
+    texts = [text for _, _, text in docs if not text.isascii()]
+    nbytes = sum(len(t.encode("utf-8")) for t in texts)
+    print(f"text: the {len(texts):,} documents of {len(docs):,} that are not pure ASCII, {nbytes / 1e6:.2f} MB of UTF-8; "
+          f"{args.encoding}, one encode_ordinary call each, ids dropped")
+    print(f"  {'library':<14} {'strings MB before':>18} {'after':>8} {'x':>6} {'ids':>11}")
+    with tempfile.TemporaryDirectory(prefix="encode_memory-") as tmp:
+        path = os.path.join(tmp, "docs.json")
+        Path(path).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+        for lib in libs:
+            res = run({"lib": lib, "encoding": args.encoding, "docs": path, "vocab_file": vocab_file}, tmp)
+            if res:
+                print(f"  {LIBRARIES[lib][2]:<14} {res['before'] / 1e6:>18.1f} {res['after'] / 1e6:>8.1f} "
+                      f"{res['after'] / res['before']:>6.2f} {res['tokens']:>11,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
