@@ -28,8 +28,10 @@ pub enum Storage<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unencodable(pub usize);
 
-/// A converted text longer than this does not keep its thread's buffer at that size.
-const KEEP_BUFFER: usize = 16 << 20;
+/// A thread's buffer grown past this is freed after use, so that each Python thread that
+/// encodes keeps at most this much (a longer text is converted into fresh memory each
+/// time, as CPython's own conversion would be).
+const KEEP_BUFFER: usize = 1 << 20;
 
 thread_local! {
     static BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
