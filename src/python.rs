@@ -208,6 +208,77 @@ fn text_utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
     storage(text)?.to_cow().map_err(|e| unencodable(text, e))
 }
 
+/// Token ids from a Python object, as an argument `Vec<u32>` would take them. A list or
+/// tuple of ints (what decoding is nearly always given) is read in place: PyO3's
+/// extraction iterates and converts each item through generic protocols, which took about
+/// half of `decode_bytes`' time. Anything else, including an int that is negative or too
+/// large, goes through that extraction, for its errors.
+fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
+    let p = obj.as_ptr();
+    // SAFETY: the object is an exact list or tuple (checked first), read under the GIL by
+    // this thread only, with no Python code run meanwhile (converting an exact int runs
+    // none), so its items stay as they are; each is a borrowed reference to a live object.
+    let fast = unsafe {
+        let items: Option<(ffi::Py_ssize_t, fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject)> =
+            if ffi::PyList_CheckExact(p) != 0 {
+                Some((ffi::PyList_GET_SIZE(p), |l, i| ffi::PyList_GET_ITEM(l, i)))
+            } else if ffi::PyTuple_CheckExact(p) != 0 {
+                Some((ffi::PyTuple_GET_SIZE(p), |t, i| ffi::PyTuple_GET_ITEM(t, i)))
+            } else {
+                None
+            };
+        items.and_then(|(n, item)| {
+            (0..n)
+                .map(|i| {
+                    let x = item(p, i);
+                    if ffi::PyLong_CheckExact(x) == 0 {
+                        return None;
+                    }
+                    let mut overflow = 0;
+                    let v = ffi::PyLong_AsLongAndOverflow(x, &mut overflow);
+                    if overflow != 0 {
+                        return None;
+                    }
+                    Rank::try_from(v).ok()
+                })
+                .collect::<Option<Vec<Rank>>>()
+        })
+    };
+    match fast {
+        Some(ids) => Ok(ids),
+        None => obj.extract::<Vec<Rank>>().map_err(|e| {
+            // (the note PyO3 adds to an argument it cannot extract)
+            let _ = e.value(obj.py()).call_method1("add_note", (format!("while processing '{arg}'"),));
+            e
+        }),
+    }
+}
+
+/// The bytes of each list of ids in `batch`, decoded on up to `threads` cores.
+fn decode_many(py: Python<'_>, enc: &Encoder, batch: &[Bound<'_, PyAny>], threads: usize) -> PyResult<Vec<Vec<u8>>> {
+    let batch = batch.iter().map(|ids| ids_from("batch", ids)).collect::<PyResult<Vec<_>>>()?;
+    let ids: usize = batch.iter().map(Vec::len).sum();
+    let threads = if ids < SMALL_DECODE_BATCH { 1 } else { threads };
+    py.detach(|| batch::map(&batch, threads, |t| enc.decode_bytes(t))).map_err(|e| to_py_err(py, e))
+}
+
+/// The name of a codec error handler as CPython takes it (a NUL inside is refused, as
+/// `bytes.decode` refuses it).
+fn errors_name(errors: &str) -> PyResult<std::ffi::CString> {
+    std::ffi::CString::new(errors).map_err(|_| PyValueError::new_err("embedded null character"))
+}
+
+/// `bytes.decode("utf-8", errors)`, straight from Rust's bytes (CPython's own decoder, so
+/// the same result and the same errors).
+fn str_from_utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &std::ffi::CStr) -> PyResult<Bound<'py, PyString>> {
+    // SAFETY: the pointers are valid for the call (`bytes` for its length, `errors` NUL-
+    // terminated); the result is a new reference to a str, or NULL with an exception set.
+    unsafe {
+        let s = ffi::PyUnicode_DecodeUTF8(bytes.as_ptr().cast(), bytes.len() as ffi::Py_ssize_t, errors.as_ptr());
+        Ok(Bound::from_owned_ptr_or_err(py, s)?.cast_into_unchecked::<PyString>())
+    }
+}
+
 /// `tokens` as a Python list of ints.
 fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -461,20 +532,32 @@ impl PyCoreBPE {
         py.detach(|| self.inner.encode_bytes(data)).map_err(|e| to_py_err(py, e))
     }
 
-    fn decode_bytes<'py>(&self, py: Python<'py>, tokens: Vec<Rank>) -> PyResult<Bound<'py, PyBytes>> {
+    fn decode_bytes<'py>(&self, py: Python<'py>, tokens: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let tokens = ids_from("tokens", tokens)?;
         let bytes = py.detach(|| self.inner.decode_bytes(&tokens)).map_err(|e| to_py_err(py, e))?;
         Ok(PyBytes::new(py, &bytes))
     }
 
     #[pyo3(signature = (batch, num_threads))]
-    fn decode_bytes_batch<'py>(&self, py: Python<'py>, batch: Vec<Vec<Rank>>, num_threads: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let enc = &self.inner;
-        let ids: usize = batch.iter().map(Vec::len).sum();
-        let threads = if ids < SMALL_DECODE_BATCH { 1 } else { num_threads };
-        let out = py
-            .detach(|| batch::map(&batch, threads, |t| enc.decode_bytes(t)))
-            .map_err(|e| to_py_err(py, e))?;
+    fn decode_bytes_batch<'py>(&self, py: Python<'py>, batch: Vec<Bound<'py, PyAny>>, num_threads: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let out = decode_many(py, &self.inner, &batch, num_threads)?;
         Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
+    }
+
+    /// Token ids decoded to a str, as `decode_bytes(tokens).decode("utf-8", errors)` would
+    /// be, without making the bytes object first.
+    fn decode_str<'py>(&self, py: Python<'py>, tokens: &Bound<'py, PyAny>, errors: &str) -> PyResult<Bound<'py, PyString>> {
+        let tokens = ids_from("tokens", tokens)?;
+        let bytes = py.detach(|| self.inner.decode_bytes(&tokens)).map_err(|e| to_py_err(py, e))?;
+        str_from_utf8(py, &bytes, &errors_name(errors)?)
+    }
+
+    /// [`PyCoreBPE::decode_str`] of every list of ids in `batch`, decoded in parallel.
+    #[pyo3(signature = (batch, errors, num_threads))]
+    fn decode_str_batch<'py>(&self, py: Python<'py>, batch: Vec<Bound<'py, PyAny>>, errors: &str, num_threads: usize) -> PyResult<Vec<Bound<'py, PyString>>> {
+        let errors = errors_name(errors)?;
+        let out = decode_many(py, &self.inner, &batch, num_threads)?;
+        out.iter().map(|b| str_from_utf8(py, b, &errors)).collect()
     }
 
     fn decode_single_token_bytes<'py>(&self, py: Python<'py>, token: Rank) -> PyResult<Bound<'py, PyBytes>> {
@@ -484,7 +567,8 @@ impl PyCoreBPE {
         }
     }
 
-    fn decode_tokens_bytes<'py>(&self, py: Python<'py>, tokens: Vec<Rank>) -> PyResult<Bound<'py, PyList>> {
+    fn decode_tokens_bytes<'py>(&self, py: Python<'py>, tokens: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let tokens = ids_from("tokens", tokens)?;
         let vocab = self.inner.vocab();
         let mut items = Vec::with_capacity(tokens.len());
         for t in tokens {

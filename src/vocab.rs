@@ -31,14 +31,20 @@ pub struct Vocab {
     /// (256 KiB) answers those without hashing or a probe of the large table.
     pair_ranks: Box<[Rank]>,
     special: FxHashMap<String, Rank>,
-    /// `decode_offsets[id]..decode_offsets[id + 1]` indexes `decode_bytes`;
-    /// `decode_known[id]` says whether the id exists at all.
+    /// Every token's bytes back to back, then [`DECODE_PAD`] zero bytes; `decode_spans[id]`
+    /// is where the token's bytes start (low 32 bits) and how many there are (high 32),
+    /// or [`UNKNOWN_ID`] for an id that is no token.
     decode_bytes: Vec<u8>,
-    decode_offsets: Vec<u32>,
-    decode_known: Vec<bool>,
+    decode_spans: Vec<u64>,
     special_ids: Vec<bool>,
     sorted_tokens: OnceLock<Vec<Vec<u8>>>,
 }
+
+/// Decoding copies a token of at most this many bytes as this many bytes (one load and one
+/// store, no call to `memcpy` for three or four bytes), then keeps only the token's own.
+const DECODE_PAD: usize = 16;
+/// The decoding span of an id that is no token.
+const UNKNOWN_ID: u64 = u64::MAX;
 
 /// Longest byte string stored in `Vocab::short`.
 pub const INLINE_MAX: usize = 15;
@@ -135,17 +141,18 @@ impl Vocab {
         if total > u32::MAX as usize {
             return Err(Error::InvalidVocabulary("vocabulary too large".into()));
         }
-        let mut decode_bytes = Vec::with_capacity(total);
-        let mut decode_offsets = Vec::with_capacity(max_id + 1);
-        let mut decode_known = Vec::with_capacity(max_id);
-        decode_offsets.push(0);
+        let mut decode_bytes = Vec::with_capacity(total + DECODE_PAD);
+        let mut decode_spans = Vec::with_capacity(max_id);
         for entry in &by_id {
-            if let Some(b) = entry {
-                decode_bytes.extend_from_slice(b);
-            }
-            decode_known.push(entry.is_some());
-            decode_offsets.push(decode_bytes.len() as u32);
+            decode_spans.push(match entry {
+                Some(b) => {
+                    decode_bytes.extend_from_slice(b);
+                    (decode_bytes.len() - b.len()) as u64 | (b.len() as u64) << 32
+                }
+                None => UNKNOWN_ID,
+            });
         }
+        decode_bytes.extend_from_slice(&[0; DECODE_PAD]);
         let mut byte_ranks = [Rank::MAX; 256];
         for (b, slot) in byte_ranks.iter_mut().enumerate() {
             if let Some(&r) = ranks.get(&[b as u8][..]) {
@@ -173,8 +180,7 @@ impl Vocab {
             pair_ranks,
             special,
             decode_bytes,
-            decode_offsets,
-            decode_known,
+            decode_spans,
             special_ids,
             sorted_tokens: OnceLock::new(),
         })
@@ -248,25 +254,45 @@ impl Vocab {
 
     /// How many ids there are: every token id, mergeable or special, is below this.
     pub fn id_count(&self) -> usize {
-        self.decode_known.len()
+        self.decode_spans.len()
     }
 
     /// The bytes of any token (mergeable or special).
     #[inline]
     pub fn token_bytes(&self, id: Rank) -> Option<&[u8]> {
-        let i = id as usize;
-        if *self.decode_known.get(i)? {
-            let (a, b) = (self.decode_offsets[i] as usize, self.decode_offsets[i + 1] as usize);
-            Some(&self.decode_bytes[a..b])
-        } else {
-            None
+        let (start, len) = self.decode_span(id)?;
+        Some(&self.decode_bytes[start..start + len])
+    }
+
+    /// Where a token's bytes are in `decode_bytes`, and how many.
+    #[inline(always)]
+    fn decode_span(&self, id: Rank) -> Option<(usize, usize)> {
+        match *self.decode_spans.get(id as usize)? {
+            UNKNOWN_ID => None,
+            span => Some((span as u32 as usize, (span >> 32) as usize)),
         }
     }
 
     /// Appends the bytes of `tokens` to `out`; fails on the first unknown id.
     pub fn decode_into(&self, tokens: &[Rank], out: &mut Vec<u8>) -> Result<()> {
         for &t in tokens {
-            out.extend_from_slice(self.token_bytes(t).ok_or(Error::UnknownTokenId(t))?);
+            let (start, len) = self.decode_span(t).ok_or(Error::UnknownTokenId(t))?;
+            if len > DECODE_PAD {
+                out.extend_from_slice(&self.decode_bytes[start..start + len]);
+                continue;
+            }
+            // All DECODE_PAD bytes from the token's start (the padding at the end of
+            // `decode_bytes` makes them exist for the last token too) into the spare room,
+            // then only the token's own are kept.
+            out.reserve(DECODE_PAD);
+            let from: [u8; DECODE_PAD] = self.decode_bytes[start..start + DECODE_PAD].try_into().expect("padded");
+            // SAFETY: `reserve` made room for DECODE_PAD bytes after the end, all written
+            // here as one (unaligned) store; the `len <= DECODE_PAD` of them kept are the
+            // token's.
+            unsafe {
+                std::ptr::write_unaligned(out.as_mut_ptr().add(out.len()).cast::<[u8; DECODE_PAD]>(), from);
+                out.set_len(out.len() + len);
+            }
         }
         Ok(())
     }
@@ -369,6 +395,42 @@ mod tests {
         assert_eq!(v.decode(&[257]), Err(Error::UnknownTokenId(257)));
         assert_eq!(v.decode(&[100_000]), Err(Error::UnknownTokenId(100_000)));
         assert!(v.is_special(300) && !v.is_special(256) && !v.is_special(9999));
+    }
+
+    #[test]
+    fn decodes_tokens_of_every_length_in_any_order() {
+        // Tokens of 1..=40 bytes (both sides of the 16-byte copy), ids with a gap, the
+        // longest and the shortest last in the table (next to its padding), an empty
+        // special token; decoded one by one, all together, and in reverse.
+        let mut ranks = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        let tokens: Vec<Vec<u8>> = (1..=40usize).map(|n| (0..n).map(|i| (n * 7 + i * 13) as u8 | 1).collect()).collect();
+        for (k, t) in tokens.iter().enumerate().filter(|(_, t)| t.len() > 1) {
+            ranks.insert(t.clone(), 300 + 2 * k as Rank);
+        }
+        ranks.insert(vec![0xEE; 33], 500);
+        ranks.insert(vec![0xEF, 0xF0], 501);
+        let v = Vocab::new(ranks.clone(), vec![("".into(), 502)]).unwrap();
+        let mut all: Vec<(Rank, Vec<u8>)> = ranks.iter().map(|(b, &r)| (r, b.clone())).collect();
+        all.push((502, Vec::new()));
+        all.sort();
+        for (id, bytes) in &all {
+            assert_eq!(v.decode(&[*id]).unwrap(), *bytes, "id {id}");
+            assert_eq!(v.token_bytes(*id), Some(&bytes[..]));
+        }
+        for order in [all.clone(), all.iter().rev().cloned().collect()] {
+            let ids: Vec<Rank> = order.iter().map(|(id, _)| *id).collect();
+            let mut want: Vec<u8> = b"kept".to_vec();
+            order.iter().for_each(|(_, b)| want.extend_from_slice(b));
+            let mut out = b"kept".to_vec();
+            v.decode_into(&ids, &mut out).unwrap();
+            assert_eq!(out, want);
+        }
+        assert_eq!(v.decode(&[302, 303]), Err(Error::UnknownTokenId(303)));
+        assert_eq!(v.token_bytes(303), None);
+        assert_eq!(v.token_bytes(503), None);
     }
 
     #[test]

@@ -285,6 +285,43 @@ def test_decode_accepts_sequences_and_numpy(encs):
     assert tm.decode(tm.encode_to_numpy(text)) == text
 
 
+class _IntSubclass(int):
+    pass
+
+
+class _ListSubclass(list):
+    pass
+
+
+def test_decode_reads_lists_and_tuples_of_ints_as_any_sequence(encs):
+    """Lists and tuples of plain ints are read in place; everything else (int subclasses,
+    bools, numpy scalars, list subclasses, out-of-range ints) goes through the generic
+    extraction. Either way: tiktoken's bytes, or an exception of tiktoken's type."""
+    tm, tt = encs
+    ids = tt.encode("hello world, 你好 😀 " * 20)
+    unknown, overflow = _bad_ids(encs)
+    cases = {
+        "list": list(ids),
+        "tuple": tuple(ids),
+        "int subclass": ids[:5] + [_IntSubclass(ids[5])] + ids[6:],
+        "bool": [True] + ids + [False],
+        "numpy scalars": ids[:3] + [np.int64(ids[3]), np.uint32(ids[4])] + ids[5:],
+        "list subclass": _ListSubclass(ids),
+        "largest": ids + [2**32 - 1],
+    }
+    for bad in overflow + unknown[:2]:
+        cases[f"list with {bad}"] = ids + [bad]
+        cases[f"tuple with {bad}"] = (bad,) + tuple(ids)
+    for name, value in cases.items():
+        for fn in ("decode", "decode_bytes", "decode_tokens_bytes"):
+            assert_same_outcome(lambda: getattr(tm, fn)(value), lambda: getattr(tt, fn)(value),
+                                context=f"{fn}({name})")
+        batch = [list(ids), value]
+        assert_same_outcome(lambda: tm.decode_bytes_batch(batch, num_threads=2),
+                            lambda: tt.decode_bytes_batch(batch, num_threads=2), context=f"batch({name})")
+    assert tm.decode_bytes(tuple(ids)) == tt.decode_bytes(ids)
+
+
 def test_empty_inputs(encs):
     tm, tt = encs
     assert tm.decode([]) == tt.decode([]) == ""

@@ -286,13 +286,13 @@ class Encoding:
         """Decodes token ids into a string.
 
         Tokens need not end on character boundaries, so the bytes may not be valid UTF-8;
-        ``errors`` is passed to :meth:`bytes.decode` (the default ``"replace"`` is lossy,
-        ``"strict"`` raises).
+        they are decoded as ``bytes.decode("utf-8", errors)`` would (the default
+        ``"replace"`` is lossy, ``"strict"`` raises), without making the bytes first.
 
         >>> enc.decode([15339, 1917])
         'hello world'
         """
-        return self._core_bpe.decode_bytes(tokens).decode("utf-8", errors=errors)
+        return self._core_bpe.decode_str(tokens, errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token, special tokens included. Raises ``KeyError`` if unknown.
@@ -337,10 +337,7 @@ class Encoding:
         num_threads: int = _DEFAULT_THREADS,
     ) -> list[str]:
         """Decodes many token lists (in parallel) into strings."""
-        return [
-            b.decode("utf-8", errors=errors)
-            for b in self._core_bpe.decode_bytes_batch(list(batch), _threads(num_threads))
-        ]
+        return self._core_bpe.decode_str_batch(list(batch), errors, _threads(num_threads))
 
     def decode_bytes_batch(
         self, batch: Sequence[Sequence[int]], *, num_threads: int = _DEFAULT_THREADS
