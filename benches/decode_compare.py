@@ -1,0 +1,149 @@
+"""Decoding throughput: tokenmill and its peers on the same ids, in one run.
+
+The ids are tiktoken's for the documents of ``encode_compare.py``'s long stream (20 MB by
+default), computed once by this script and handed to every library as Python lists of
+ints, which is what decoding is usually given. Each library decodes them in a fresh
+process (its object built there, as in ``encode_compare.py``), one call per document:
+
+* ``decode``: to ``str`` (invalid UTF-8 replaced, tiktoken's default), for every library;
+* ``decode_bytes``: to ``bytes``, for the libraries that have it;
+* ``decode_batch``: all documents in one call, on the usable cores, for tokenmill and
+  tiktoken.
+
+MB/s counts the decoded text's UTF-8 bytes; ``x`` is tokenmill's MB/s over the library's.
+``same`` says whether the library's strings equal tiktoken's (a SHA-256 over all of them).
+Each figure is the best of ``--repeat`` fresh processes, run in rounds.
+
+Usage:
+    python benches/decode_compare.py [--mb 20] [--encodings cl100k_base o200k_base] [--repeat 3] [--libs ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
+from machine_info import machine_line, python_line, versions
+
+MODES = ("decode", "decode_bytes", "decode_batch")
+
+
+def _decoders(lib: str, obj: object) -> Dict[str, Callable]:
+    """Each mode's call for ``lib`` (built by ``encode_compare._build``), where it has one."""
+    if lib in ("tokenmill", "tiktoken"):
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return {
+            "decode": obj.decode,
+            "decode_bytes": obj.decode_bytes,
+            "decode_batch": lambda batch: obj.decode_batch(batch, num_threads=threads),
+        }
+    if lib == "hf":
+        return {"decode": lambda ids: obj.decode(ids, skip_special_tokens=False)}
+    out = {"decode": obj.decode}
+    if hasattr(obj, "decode_bytes"):
+        out["decode_bytes"] = obj.decode_bytes
+    return out
+
+
+def worker(spec: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:
+        _, obj, _ = _build(spec["lib"], spec["encoding"], spec, tmp)
+        call = _decoders(spec["lib"], obj).get(spec["mode"])
+        if call is None:
+            Path(spec["out"]).write_text(json.dumps(None))
+            return
+        ids: List[List[int]] = json.loads(Path(spec["ids"]).read_text())
+        gc.collect()
+        gc.disable()
+        t0 = time.perf_counter()
+        out = call(ids) if spec["mode"] == "decode_batch" else [call(x) for x in ids]
+        seconds = time.perf_counter() - t0
+        gc.enable()
+    digest = hashlib.sha256()
+    for item in out:
+        digest.update((item if isinstance(item, bytes) else item.encode("utf-8", "surrogatepass")) + b"\xff")
+    Path(spec["out"]).write_text(json.dumps({"seconds": seconds, "digest": digest.hexdigest()}))
+
+
+def run(spec: dict, tmp: str) -> Optional[dict]:
+    spec = dict(spec, out=os.path.join(tmp, "out.json"))
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+        env=dict(os.environ, TOKENMILL_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        print(f"  {spec['lib']} {spec['mode']} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        return None
+    return json.loads(Path(spec["out"]).read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=20.0, help="MB of the long stream to decode (default 20)")
+    ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
+    ap.add_argument("--libs", nargs="+", default=list(RUN_ORDER), choices=RUN_ORDER)
+    ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure; the best is kept")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return 0
+
+    import tiktoken
+    from tokenmill.load import cache_path_for
+
+    libs = [lib for lib in args.libs if importlib.util.find_spec(LIBRARIES[lib][0]) is not None]
+    print(machine_line())
+    print(python_line())
+    print("versions: " + ", ".join(versions([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
+    (docs,), _ = build_slices([int(args.mb * 1e6)])
+    texts = [text for _, _, text in docs]
+    with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:
+        for name in args.encodings:
+            vocab_file = cache_path_for(BLOB_URL.format(name=name))
+            if vocab_file is None or not os.path.isfile(vocab_file):
+                print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache; nothing is downloaded")
+                continue
+            ids = tiktoken.get_encoding(name).encode_ordinary_batch(texts)
+            path = os.path.join(tmp, f"{name}.json")
+            Path(path).write_text(json.dumps(ids))
+            nbytes = sum(len(t.encode("utf-8")) for t in texts)
+            print(f"== {name}: {len(texts):,} documents, {sum(map(len, ids)):,} ids, {nbytes / 1e6:.2f} MB of text ==")
+            best: Dict[Tuple[str, str], dict] = {}
+            for _ in range(args.repeat):
+                for lib in libs:
+                    for mode in MODES:
+                        spec = {"lib": lib, "encoding": name, "mode": mode, "ids": path, "vocab_file": vocab_file}
+                        res = run(spec, tmp)
+                        if res and ((lib, mode) not in best or res["seconds"] < best[(lib, mode)]["seconds"]):
+                            best[(lib, mode)] = res
+            print(f"  {'library':<14}" + "".join(f" {m + ' MB/s':>18} {'x':>6}" for m in MODES) + f" {'same':>6}")
+            for lib in libs:
+                row = f"  {LIBRARIES[lib][2]:<14}"
+                for mode in MODES:
+                    res, mine = best.get((lib, mode)), best.get(("tokenmill", mode))
+                    mbps = nbytes / res["seconds"] / 1e6 if res else None
+                    ratio = mine["seconds"] and res and res["seconds"] / mine["seconds"] if mine else None
+                    row += f" {mbps:>18.1f} {ratio:>6.2f}" if mbps else f" {'-':>18} {'-':>6}"
+                ref = best.get(("tiktoken", "decode"))
+                own = best.get((lib, "decode"))
+                same = "ref" if lib == "tiktoken" else "?" if not (ref and own) else "yes" if own["digest"] == ref["digest"] else "NO"
+                print(row + f" {same:>6}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
