@@ -25,15 +25,15 @@ import gc
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from array import array
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from encode_compare import build_slices
+from fresh_process import run_fresh
 from machine_info import machine_line, python_line, versions
 
 LIBS = ("tokenmill", "tiktoken")
@@ -60,21 +60,6 @@ def worker(spec: dict) -> None:
     for ids in out:
         digest.update(array("I", ids).tobytes() + b"\xff\xff\xff\xff")
     Path(spec["out"]).write_text(json.dumps({"seconds": seconds, "digest": digest.hexdigest()}))
-
-
-def run(spec: dict, tmp: str) -> Optional[dict]:
-    spec = dict(spec, out=os.path.join(tmp, "out.json"))
-    env = dict(os.environ, TOKENMILL_OFFLINE="1")
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        print(f"  {spec['lib']} {spec['mode']} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-        return None
-    return json.loads(Path(spec["out"]).read_text())
 
 
 def main() -> int:
@@ -105,7 +90,7 @@ def main() -> int:
                 for lib in LIBS:
                     for mode in MODES:
                         spec = {"lib": lib, "encoding": name, "mode": mode, "lines": path, "threads": threads}
-                        res = run(spec, tmp)
+                        res = run_fresh(__file__, spec, tmp)
                         if res and ((lib, mode) not in best or res["seconds"] < best[(lib, mode)]["seconds"]):
                             best[(lib, mode)] = res
             print(f"== {name} ==")

@@ -26,14 +26,14 @@ import hashlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
+from fresh_process import run_fresh
 from machine_info import machine_line, python_line, versions
 
 MODES = ("decode", "decode_bytes", "decode_batch")
@@ -76,20 +76,6 @@ def worker(spec: dict) -> None:
     Path(spec["out"]).write_text(json.dumps({"seconds": seconds, "digest": digest.hexdigest()}))
 
 
-def run(spec: dict, tmp: str) -> Optional[dict]:
-    spec = dict(spec, out=os.path.join(tmp, "out.json"))
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-        env=dict(os.environ, TOKENMILL_OFFLINE="1"),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        print(f"  {spec['lib']} {spec['mode']} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-        return None
-    return json.loads(Path(spec["out"]).read_text())
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=20.0, help="MB of the long stream to decode (default 20)")
@@ -127,7 +113,7 @@ def main() -> int:
                 for lib in libs:
                     for mode in MODES:
                         spec = {"lib": lib, "encoding": name, "mode": mode, "ids": path, "vocab_file": vocab_file}
-                        res = run(spec, tmp)
+                        res = run_fresh(__file__, spec, tmp)
                         if res and ((lib, mode) not in best or res["seconds"] < best[(lib, mode)]["seconds"]):
                             best[(lib, mode)] = res
             print(f"  {'library':<14}" + "".join(f" {m + ' MB/s':>18} {'x':>6}" for m in MODES) + f" {'same':>6}")

@@ -31,13 +31,13 @@ import gc
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
+from fresh_process import run_fresh
 from machine_info import machine_line, python_line, versions
 
 
@@ -55,20 +55,6 @@ def worker(spec: dict) -> None:
         gc.collect()
         after = sum(map(sys.getsizeof, docs))
     Path(spec["out"]).write_text(json.dumps({"before": before, "after": after, "tokens": tokens}))
-
-
-def run(spec: dict, tmp: str) -> Optional[dict]:
-    spec = dict(spec, out=os.path.join(tmp, "out.json"))
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-        env=dict(os.environ, TOKENMILL_OFFLINE="1"),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        print(f"  {spec['lib']} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-        return None
-    return json.loads(Path(spec["out"]).read_text())
 
 
 def main() -> int:
@@ -102,7 +88,7 @@ def main() -> int:
         path = os.path.join(tmp, "docs.json")
         Path(path).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
         for lib in libs:
-            res = run({"lib": lib, "encoding": args.encoding, "docs": path, "vocab_file": vocab_file}, tmp)
+            res = run_fresh(__file__, {"lib": lib, "encoding": args.encoding, "docs": path, "vocab_file": vocab_file}, tmp)
             if res:
                 print(f"  {LIBRARIES[lib][2]:<14} {res['before'] / 1e6:>18.1f} {res['after'] / 1e6:>8.1f} "
                       f"{res['after'] / res['before']:>6.2f} {res['tokens']:>11,}")
