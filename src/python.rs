@@ -92,6 +92,14 @@ fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_
 /// once: turning ids into a list then costs a reference count each, not an allocation,
 /// which matters most in batch calls, where building the lists is the part that runs
 /// under the GIL on one core.
+///
+/// The lock is held only while a list's places are filled, which runs no Python code
+/// and keeps the GIL, and it is never waited for: a thread that finds it taken makes its
+/// own ints (unreachable while the module runs under the GIL, as it does; it would keep
+/// a free-threaded build from waiting). Waiting with the GIL held deadlocks as soon as
+/// the lock's holder needs the GIL back: an earlier version, which held the lock while
+/// allocating lists, hung when an allocation started a garbage collection whose
+/// callback let another encoding thread take the GIL.
 static INTS: Mutex<Vec<Option<Py<PyAny>>>> = Mutex::new(Vec::new());
 /// Ids above this get a fresh int object each time (no vocabulary comes close).
 const MAX_SHARED_INT: usize = 1 << 21;
@@ -101,6 +109,8 @@ const MAX_SHARED_INT: usize = 1 << 21;
 const SLOT_AHEAD: usize = 32;
 const INT_AHEAD: usize = 16;
 
+/// `tokens` as a Python list of ints, taking its ints from [`INTS`].
+///
 /// The int objects are made on first use, not all at once: frequent ids then tend to sit
 /// together in memory (they show up early), so the reference counts touched while
 /// building a list stay in the CPU's cache. For the rarer ids, taking a reference costs
@@ -114,22 +124,38 @@ const INT_AHEAD: usize = 16;
 /// PyO3's list-from-iterator, building the lists cost about 1.4 times as much (cl100k,
 /// warm 20 MB stream: whole calls 1.06x faster, the same engine's bytes output as the
 /// control).
-fn list_of_ids<'py>(py: Python<'py>, ints: &mut Vec<Option<Py<PyAny>>>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
-    let want = enc.vocab().id_count().min(MAX_SHARED_INT);
-    if ints.len() < want {
-        ints.resize_with(want, || None);
-    }
+fn list_of_ids<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
     // SAFETY: a new list of `tokens.len()` places is filled in order, each place once, with
     // a new (owned) reference, before anything else sees the list; an int that cannot be
     // made (no memory) leaves the list with an error and drops it, its unfilled places
-    // being NULL (which list deallocation skips).
+    // being NULL (which list deallocation skips). Nothing between taking the lock and
+    // dropping it runs Python code: ints are not tracked by the garbage collector, and
+    // dropping the list on that error only drops references to ints.
     unsafe {
+        // (allocated before the lock is taken: it may start a garbage collection)
         let list = ffi::PyList_New(tokens.len() as ffi::Py_ssize_t);
         if list.is_null() {
             return Err(PyErr::fetch(py));
         }
         let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
         let items = (*(list.as_ptr() as *mut ffi::PyListObject)).ob_item;
+        let mut guard = match INTS.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        // (without the table, every id gets an int of its own: the same list, slower)
+        let mut none = Vec::new();
+        let ints = match guard.as_deref_mut() {
+            Some(ints) => {
+                let want = enc.vocab().id_count().min(MAX_SHARED_INT);
+                if ints.len() < want {
+                    ints.resize_with(want, || None);
+                }
+                ints
+            }
+            None => &mut none,
+        };
         for (i, &t) in tokens.iter().enumerate() {
             if let Some(slot) = tokens.get(i + SLOT_AHEAD).and_then(|&a| ints.get(a as usize)) {
                 prefetch(slot as *const Option<Py<PyAny>> as *const u8);
@@ -279,12 +305,6 @@ fn str_from_utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &std::ffi::CStr) ->
     }
 }
 
-/// `tokens` as a Python list of ints.
-fn ids_to_list<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult<Bound<'py, PyList>> {
-    let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-    list_of_ids(py, &mut ints, enc, tokens)
-}
-
 /// Encoded texts of a batch, handed over as one: their ids back to back, and per text its
 /// index in the batch and where its ids are (or why it failed). A thread sends these in
 /// runs, not a text at a time, so that many short texts do not each cost an allocation,
@@ -356,8 +376,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         let threads = if n <= 1 { threads } else { 1 };
         let texts = texts.iter().map(text_utf8).collect::<PyResult<Vec<_>>>()?;
         let out = py.detach(|| enc.encode_batch(&texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
-        let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
-        let lists = out.iter().map(|t| list_of_ids(py, &mut ints, enc, t)).collect::<PyResult<Vec<_>>>()?;
+        let lists = out.iter().map(|t| list_of_ids(py, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
@@ -391,10 +410,9 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         if wait { py.detach(|| take().recv().ok()) } else { take().try_recv().ok() }
     };
     let mut take = |run: Encoded| -> PyResult<()> {
-        let mut ints = INTS.lock().unwrap_or_else(|e| e.into_inner());
         for (i, result) in run.texts {
             match result {
-                Ok(range) => lists[i] = Some(list_of_ids(py, &mut ints, enc, &run.ids[range])?),
+                Ok(range) => lists[i] = Some(list_of_ids(py, enc, &run.ids[range])?),
                 Err(e) => {
                     if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
                         failed = Some((i, e));
@@ -486,13 +504,13 @@ impl PyCoreBPE {
 
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyList>> {
         let tokens = with_text(py, text, |text| self.inner.encode_ordinary(text))?.map_err(|e| to_py_err(py, e))?;
-        ids_to_list(py, &self.inner, &tokens)
+        list_of_ids(py, &self.inner, &tokens)
     }
 
     fn encode<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let tokens = with_text(py, text, |text| self.inner.encode(text, &policy))?.map_err(|e| to_py_err(py, e))?;
-        ids_to_list(py, &self.inner, &tokens)
+        list_of_ids(py, &self.inner, &tokens)
     }
 
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).

@@ -700,6 +700,59 @@ def test_concurrent_use_from_python_threads(encs, corpus):
     assert decoded == texts
 
 
+_GIL_HANDOVER_SCRIPT = r"""
+import gc, threading, time
+import tokenmill
+
+enc = tokenmill.Encoding(
+    name="bytes_only",
+    pat_str=r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    mergeable_ranks={bytes([i]): i for i in range(256)},
+    special_tokens={},
+)
+texts = [f"document {i}: " + "word " * (i % 50) for i in range(2000)]
+expected = [list(t.encode()) for t in texts]
+wrong = []
+
+def give_the_gil_away(phase, info):
+    time.sleep(0)
+
+gc.callbacks.append(give_the_gil_away)
+gc.set_threshold(5)
+
+def work(k):
+    for _ in range(20):
+        if enc.encode_ordinary_batch(texts, num_threads=2) != expected:
+            wrong.append(k)
+        if enc.encode_ordinary(texts[k]) != expected[k]:
+            wrong.append(k)
+
+threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("wrong", len(wrong))
+"""
+
+
+def test_threads_that_hand_the_gil_over_while_lists_are_built_do_not_deadlock():
+    """Building the result lists can start a garbage collection, and Python code run there
+    (a gc callback, a finaliser) lets another thread take the GIL. A version that held a
+    lock over list building then deadlocked: the new holder of the GIL waited for the
+    lock, the lock's holder for the GIL. Run in a child process, as a deadlock holds the
+    GIL and would stop this one too. (On Python 3.12+ collections no longer start inside
+    an allocation, so there this passes either way.)"""
+    import subprocess
+
+    try:
+        r = subprocess.run([sys.executable, "-c", _GIL_HANDOVER_SCRIPT], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("encoding from four threads with a GIL-releasing gc callback hung (deadlock)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["wrong", "0"]
+
+
 # ----------------------------------------------------------------------------------------
 # encode_batch after os.fork()
 # ----------------------------------------------------------------------------------------
