@@ -34,7 +34,7 @@ from typing import Dict, List, Tuple
 
 from encode_compare import build_slices
 from fresh_process import run_fresh
-from machine_info import machine_line, python_line, versions
+from machine_info import header_lines
 
 LIBS = ("tokenmill", "tiktoken")
 MODES = ("one call each", "batch")
@@ -74,9 +74,7 @@ def main() -> int:
         return 0
 
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    print(machine_line())
-    print(python_line())
-    print("versions: " + ", ".join(versions([("tokenmill", "tokenmill"), ("tiktoken", "tiktoken")])))
+    print("\n".join(header_lines([("tokenmill", "tokenmill"), ("tiktoken", "tiktoken")])))
     (docs,), _ = build_slices([int(args.mb * 1e6)])
     lines = [line for _, _, text in docs for line in text.split("\n") if line.strip()]
     nbytes = sum(len(line.encode("utf-8")) for line in lines)

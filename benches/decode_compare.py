@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Tuple
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
 from fresh_process import run_fresh
-from machine_info import machine_line, python_line, versions
+from machine_info import header_lines
 
 MODES = ("decode", "decode_bytes", "decode_batch")
 
@@ -92,9 +92,7 @@ def main() -> int:
     from tokenmill.load import cache_path_for
 
     libs = [lib for lib in args.libs if importlib.util.find_spec(LIBRARIES[lib][0]) is not None]
-    print(machine_line())
-    print(python_line())
-    print("versions: " + ", ".join(versions([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
+    print("\n".join(header_lines([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
     (docs,), _ = build_slices([int(args.mb * 1e6)])
     texts = [text for _, _, text in docs]
     with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:

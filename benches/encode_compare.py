@@ -135,7 +135,7 @@ Usage:
 
 from __future__ import annotations
 
-from machine_info import machine_line, python_line, versions
+from machine_info import header_lines
 from text_files import files_under
 
 import argparse
@@ -589,7 +589,7 @@ def worker(spec: dict) -> int:
 
 def machine_lines() -> List[str]:
     libs = [(label, dist) for _, dist, label in LIBRARIES.values()]
-    return [machine_line(), python_line(), "versions: " + ", ".join(versions(libs))]
+    return header_lines(libs)
 
 
 def run_worker(spec: dict, env: Dict[str, str], timeout: float) -> Tuple[Optional[dict], str]:

@@ -38,7 +38,7 @@ from typing import List
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
 from fresh_process import run_fresh
-from machine_info import machine_line, python_line, versions
+from machine_info import header_lines
 
 
 def worker(spec: dict) -> None:
@@ -75,9 +75,7 @@ def main() -> int:
         print(f"{args.encoding}'s vocabulary is not in tiktoken's cache ({vocab_file}); nothing is downloaded")
         return 1
     libs = [lib for lib in args.libs if importlib.util.find_spec(LIBRARIES[lib][0]) is not None]
-    print(machine_line())
-    print(python_line())
-    print("versions: " + ", ".join(versions([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
+    print("\n".join(header_lines([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
     (docs,), _ = build_slices([int(args.mb * 1e6)])
     texts = [text for _, _, text in docs if not text.isascii()]
     nbytes = sum(len(t.encode("utf-8")) for t in texts)

@@ -47,3 +47,9 @@ def versions(libraries: Iterable[Tuple[str, str]]) -> List[str]:
 
 def python_line() -> str:
     return f"Python {platform.python_version()} ({sys.executable})"
+
+
+def header_lines(libraries: Iterable[Tuple[str, str]]) -> List[str]:
+    """The first lines of every report: the machine, Python, and each ``(label,
+    distribution name)``'s version."""
+    return [machine_line(), python_line(), "versions: " + ", ".join(versions(libraries))]
