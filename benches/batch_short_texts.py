@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from encode_compare import build_slices
-from fresh_process import run_fresh
+from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
 LIBS = ("tokenmill", "tiktoken")
@@ -67,10 +67,8 @@ def main() -> int:
     ap.add_argument("--mb", type=float, default=20.0, help="MB of text to cut into lines (default 20)")
     ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure; the best is kept")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        worker(json.loads(args.worker))
+    args = parse_or_work(ap, worker)
+    if args is None:
         return 0
 
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

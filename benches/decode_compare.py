@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
-from fresh_process import run_fresh
+from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
 MODES = ("decode", "decode_bytes", "decode_batch")
@@ -82,10 +82,8 @@ def main() -> int:
     ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
     ap.add_argument("--libs", nargs="+", default=list(RUN_ORDER), choices=RUN_ORDER)
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure; the best is kept")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        worker(json.loads(args.worker))
+    args = parse_or_work(ap, worker)
+    if args is None:
         return 0
 
     import tiktoken

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import List
 
 from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
-from fresh_process import run_fresh
+from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
 
@@ -62,10 +62,8 @@ def main() -> int:
     ap.add_argument("--mb", type=float, default=20.0, help="MB of the long stream to take the documents from (default 20)")
     ap.add_argument("--encoding", default="cl100k_base")
     ap.add_argument("--libs", nargs="+", default=list(RUN_ORDER), choices=RUN_ORDER)
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        worker(json.loads(args.worker))
+    args = parse_or_work(ap, worker)
+    if args is None:
         return 0
 
     from tokenmill.load import cache_path_for

@@ -8,12 +8,13 @@ result as JSON to ``spec["out"]``, and this reads it back.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 
 def run_fresh(script: str, spec: dict, tmp: str) -> Optional[dict]:
@@ -31,3 +32,15 @@ def run_fresh(script: str, spec: dict, tmp: str) -> Optional[dict]:
         print(f"  {what} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
         return None
     return json.loads(Path(spec["out"]).read_text())
+
+
+def parse_or_work(ap: argparse.ArgumentParser, worker: Callable[[dict], object]) -> Optional[argparse.Namespace]:
+    """Parses the command line of a script that measures through :func:`run_fresh`. In the
+    fresh process (``--worker``, added here) it runs ``worker(spec)`` and returns ``None``;
+    otherwise it returns the arguments."""
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return None
+    return args
