@@ -708,10 +708,12 @@ enc = tokenmill.Encoding(
     name="bytes_only",
     pat_str=r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
     mergeable_ranks={bytes([i]): i for i in range(256)},
-    special_tokens={},
+    special_tokens={"<|end|>": 256},
 )
 texts = [f"document {i}: " + "word " * (i % 50) for i in range(2000)]
 expected = [list(t.encode()) for t in texts]
+ended = [t + "<|end|>" for t in texts]
+expected_ended = [e + [256] for e in expected]
 wrong = []
 
 def give_the_gil_away(phase, info):
@@ -724,7 +726,11 @@ def work(k):
     for _ in range(20):
         if enc.encode_ordinary_batch(texts, num_threads=2) != expected:
             wrong.append(k)
-        if enc.encode_ordinary(texts[k]) != expected[k]:
+        if enc.encode_batch(ended, num_threads=2, allowed_special="all") != expected_ended:
+            wrong.append(k)
+        if enc.decode_batch(expected, num_threads=2) != texts:
+            wrong.append(k)
+        if enc.encode_ordinary(texts[k]) != expected[k] or enc.decode(expected[k]) != texts[k]:
             wrong.append(k)
 
 threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
