@@ -9,6 +9,7 @@ import inspect
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -749,8 +750,6 @@ def test_threads_that_hand_the_gil_over_while_lists_are_built_do_not_deadlock():
     lock, the lock's holder for the GIL. Run in a child process, as a deadlock holds the
     GIL and would stop this one too. (On Python 3.12+ collections no longer start inside
     an allocation, so there this passes either way.)"""
-    import subprocess
-
     try:
         r = subprocess.run([sys.executable, "-c", _GIL_HANDOVER_SCRIPT], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -912,7 +911,5 @@ def test_import_leaves_network_and_trainer_modules_for_later():
         "else:\n"
         "    raise AssertionError('no AttributeError')\n"
     )
-    import subprocess
-
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
