@@ -51,12 +51,14 @@ impl Encoder {
     /// Encodes text with no special-token handling, appending to `out`. Returns how many
     /// tokens the last piece produced (needed by the unstable-token logic).
     pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
-        PieceCache::with(|cache| {
-            self.encode_pieces(text, out, scratch, cache)
-        })
+        self.encode_ordinary_spilling(text, out, scratch, &mut Keep)
     }
 
-    fn encode_pieces(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+    fn encode_ordinary_spilling<S: Spill>(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, spill: &mut S) -> Result<usize> {
+        PieceCache::with(|cache| self.encode_pieces(text, out, scratch, cache, spill))
+    }
+
+    fn encode_pieces<S: Spill>(&self, text: &str, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache, spill: &mut S) -> Result<usize> {
         let mut last = 0;
         // The scanner's spans come as an iterator looped over here, so that the per-piece
         // work is inlined into this loop (through a closure it stayed a call per piece once
@@ -72,10 +74,12 @@ impl Encoder {
                     }
                     _ => self.encode_piece(&b[start..end], out, scratch, cache)?,
                 };
+                spill.after_piece(out);
             }
         } else {
             self.splitter.for_each_piece(text, |piece| {
                 last = self.encode_piece(piece.as_bytes(), out, scratch, cache)?;
+                spill.after_piece(out);
                 Ok(())
             })?;
         }
@@ -188,9 +192,13 @@ impl Encoder {
     /// Encodes text under a special-token policy, appending to `out`. Returns the number of
     /// tokens from the last regex piece (0 when the text ends with a special token).
     pub fn encode_into(&self, text: &str, policy: &SpecialPolicy, out: &mut Vec<Rank>, scratch: &mut Scratch) -> Result<usize> {
+        self.encode_spilling(text, policy, out, scratch, &mut Keep)
+    }
+
+    fn encode_spilling<S: Spill>(&self, text: &str, policy: &SpecialPolicy, out: &mut Vec<Rank>, scratch: &mut Scratch, spill: &mut S) -> Result<usize> {
         let matches = self.specials.find(text, policy);
         if matches.is_empty() && policy.extra_disallowed.is_empty() {
-            return self.encode_ordinary_into(text, out, scratch);
+            return self.encode_ordinary_spilling(text, out, scratch, spill);
         }
         SpecialMatcher::check_disallowed(text, &matches, policy)?;
         let mut start = 0;
@@ -200,16 +208,37 @@ impl Encoder {
                 continue; // overlaps a special token already taken
             }
             if m.start > start {
-                self.encode_ordinary_into(&text[start..m.start], out, scratch)?;
+                self.encode_ordinary_spilling(&text[start..m.start], out, scratch, spill)?;
             }
             out.push(m.id);
+            spill.after_piece(out);
             start = m.end;
             last = 0;
         }
         if start < text.len() {
-            last = self.encode_ordinary_into(&text[start..], out, scratch)?;
+            last = self.encode_ordinary_spilling(&text[start..], out, scratch, spill)?;
         }
         Ok(last)
+    }
+
+    /// Encodes `text` (under `policy`, or as ordinary text when it is `None`), handing the
+    /// ids to `drain` a batch at a time as they are made, in order, instead of collecting
+    /// them all: `drain` is called whenever at least `every` ids are waiting, and once at
+    /// the end with the rest (possibly none). The ids waiting stay in a small buffer that
+    /// the caches keep close, so a caller that writes them straight to their destination
+    /// (a Python list's item array) saves a whole intermediate array of ids and the page
+    /// faults of its fresh memory. On an error, `drain` may have been given some ids.
+    pub fn encode_draining(&self, text: &str, policy: Option<&SpecialPolicy>, every: usize, drain: impl FnMut(&[Rank])) -> Result<()> {
+        let every = every.max(1);
+        let mut spill = Drain { every, drain };
+        let mut out = Vec::with_capacity(every + 64);
+        let scratch = &mut Scratch::default();
+        match policy {
+            Some(p) => self.encode_spilling(text, p, &mut out, scratch, &mut spill)?,
+            None => self.encode_ordinary_spilling(text, &mut out, scratch, &mut spill)?,
+        };
+        (spill.drain)(&out);
+        Ok(())
     }
 
     pub fn encode(&self, text: &str, policy: &SpecialPolicy) -> Result<Vec<Rank>> {
@@ -393,6 +422,36 @@ impl Encoder {
     }
 }
 
+/// What the encoding loop does with its output after each piece: [`Keep`] leaves it all
+/// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered.
+trait Spill {
+    fn after_piece(&mut self, out: &mut Vec<Rank>);
+}
+
+/// Keeps every id in `out`.
+struct Keep;
+
+impl Spill for Keep {
+    #[inline(always)]
+    fn after_piece(&mut self, _out: &mut Vec<Rank>) {}
+}
+
+/// Hands `out`'s ids to `drain` and empties it once it holds `every` or more.
+struct Drain<F> {
+    every: usize,
+    drain: F,
+}
+
+impl<F: FnMut(&[Rank])> Spill for Drain<F> {
+    #[inline(always)]
+    fn after_piece(&mut self, out: &mut Vec<Rank>) {
+        if out.len() >= self.every {
+            (self.drain)(out);
+            out.clear();
+        }
+    }
+}
+
 /// Texts longer than this are cut into chunks of about `CHUNK` bytes for batch encoding.
 pub const SPLIT_ABOVE: usize = 1 << 19;
 const CHUNK: usize = 1 << 18;
@@ -498,6 +557,41 @@ mod tests {
             assert!(cut_points(&long, CHUNK).len() > 2);
             assert_eq!(cut[0], whole, "pattern {p}");
             assert_eq!(cut[1], e.encode_ordinary("hello").unwrap());
+        }
+    }
+
+    #[test]
+    fn draining_hands_over_the_ids_of_a_whole_encoding_in_order() {
+        let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
+        let special = vec![("<|end|>".to_string(), 1000), ("<|pad|>".to_string(), 1001)];
+        let scanned = Encoder::new(byte_vocab(), special.clone(), cl100k_like).unwrap();
+        assert!(matches!(scanned.splitter(), Splitter::Scan(_)));
+        let text = "hello world<|end|> hello<|pad|>\n\n 12345 héllo wörld!! ".repeat(40);
+        let allow_all = SpecialPolicy::allow_all();
+        for e in [enc(), scanned] {
+            for every in [0, 1, 3, 64, 4096] {
+                for policy in [None, Some(&allow_all)] {
+                    let mut got = Vec::new();
+                    let mut sizes = Vec::new();
+                    e.encode_draining(&text, policy, every, |ids| {
+                        sizes.push(ids.len());
+                        got.extend_from_slice(ids);
+                    })
+                    .unwrap();
+                    let want = match policy {
+                        Some(p) => e.encode(&text, p).unwrap(),
+                        None => e.encode_ordinary(&text).unwrap(),
+                    };
+                    assert_eq!(got, want, "every {every}, specials {}", policy.is_some());
+                    // Handed over whenever `every` had gathered (the last call takes the rest).
+                    let (last, full) = sizes.split_last().unwrap();
+                    assert!(full.iter().all(|&n| n >= every.max(1)), "{sizes:?}");
+                    assert!(*last < every.max(1) + 8, "{sizes:?}");
+                }
+            }
+            let mut got = Vec::new();
+            let err = e.encode_draining("hello<|end|>", Some(&SpecialPolicy::strict()), 1, |ids| got.extend_from_slice(ids));
+            assert_eq!(err, Err(Error::DisallowedSpecial("<|end|>".into())));
         }
     }
 
