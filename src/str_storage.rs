@@ -73,6 +73,22 @@ impl<'a> Storage<'a> {
         })
     }
 
+    /// How many bytes the text takes in UTF-8 (a lone surrogate counted as three, though
+    /// it has no UTF-8).
+    pub fn utf8_len(self) -> usize {
+        fn count<T: Copy + Into<u32>>(chars: &[T]) -> usize {
+            chars.iter().map(|&c| {
+                let c: u32 = c.into();
+                1 + (c >= 0x80) as usize + (c >= 0x800) as usize + (c >= 0x10000) as usize
+            }).sum()
+        }
+        match self {
+            Storage::Latin1(chars) => count(chars),
+            Storage::Ucs2(chars) => count(chars),
+            Storage::Ucs4(chars) => count(chars),
+        }
+    }
+
     /// The text itself when it is pure ASCII (stored as Latin-1, every byte below 0x80).
     fn ascii(self) -> Option<&'a str> {
         match self {
@@ -187,6 +203,9 @@ mod tests {
             let want = expected(code_points);
             assert_eq!(storage(&s).to_cow().map(Cow::into_owned), want, "{code_points:x?} width {}", s.3);
             assert_eq!(storage(&s).with_utf8(str::to_string), want, "{code_points:x?} width {}", s.3);
+            if let Ok(utf8) = want {
+                assert_eq!(storage(&s).utf8_len(), utf8.len(), "{code_points:x?} width {}", s.3);
+            }
         }
     }
 

@@ -715,6 +715,8 @@ texts = [f"document {i}: " + "word " * (i % 50) for i in range(2000)]
 expected = [list(t.encode()) for t in texts]
 ended = [t + "<|end|>" for t in texts]
 expected_ended = [e + [256] for e in expected]
+# (long enough that its ids go straight into the list: see test_long_texts.py)
+long_text = "a long document, " * 9000 + "<|end|>"
 wrong = []
 
 def give_the_gil_away(phase, info):
@@ -732,6 +734,8 @@ def work(k):
         if enc.decode_batch(expected, num_threads=2) != texts:
             wrong.append(k)
         if enc.encode_ordinary(texts[k]) != expected[k] or enc.decode(expected[k]) != texts[k]:
+            wrong.append(k)
+        if enc.encode(long_text, allowed_special="all") != list(long_text[:-7].encode()) + [256]:
             wrong.append(k)
 
 threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
