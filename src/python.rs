@@ -126,7 +126,7 @@ fn list_of_ids<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
         }
         let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
         let items = (*(list.as_ptr() as *mut ffi::PyListObject)).ob_item;
-        put_ints(py, enc, tokens.len(), |i| *tokens.get_unchecked(i), items, &mut 0)?;
+        put_ints(py, enc, tokens.len(), |i| *tokens.get_unchecked(i), items).map_err(|(_, e)| e)?;
         Ok(list)
     }
 }
@@ -134,8 +134,8 @@ fn list_of_ids<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
 /// Writes the int object of each of `n` ids into `items[0..n]`, `id(i)` giving the `i`-th
 /// id, with the ints taken from [`INTS`]. `id(i)` is asked for before place `i` is
 /// written, and ids of later places are asked for ahead of time (to prefetch), so the
-/// ids may live in `items` itself. `done` counts the places written: on an error (no
-/// memory for an int) the places from `done` on are as they were.
+/// ids may live in `items` itself. On an error (no memory for an int) it gives the number
+/// of places written: those after them are as they were.
 ///
 /// The int objects are made on first use, not all at once: frequent ids then tend to sit
 /// together in memory (they show up early), so the reference counts touched while
@@ -149,7 +149,7 @@ fn list_of_ids<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
 /// # Safety
 /// `items` must be valid for writes of `n` places, `id(i)` valid for every `i < n`, and
 /// the GIL held.
-unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -> Rank, items: *mut *mut ffi::PyObject, done: &mut usize) -> PyResult<()> {
+unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -> Rank, items: *mut *mut ffi::PyObject) -> Result<(), (usize, PyErr)> {
     // Nothing between taking the lock and dropping it runs Python code: ints are not
     // tracked by the garbage collector. Anything that may start a collection (allocating
     // the list) happens before the lock is taken.
@@ -191,7 +191,7 @@ unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -
             slot => {
                 let p = ffi::PyLong_FromUnsignedLongLong(t as u64);
                 if p.is_null() {
-                    return Err(PyErr::fetch(py));
+                    return Err((i, PyErr::fetch(py)));
                 }
                 if let Some(slot) = slot {
                     ffi::Py_INCREF(p);
@@ -201,7 +201,6 @@ unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -
             }
         };
         *items.add(i) = obj;
-        *done = i + 1;
     }
     Ok(())
 }
@@ -314,8 +313,7 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
             }
         }
         drop(beyond);
-        let mut done = 0;
-        if let Err(e) = put_ints(py, enc, n, |i| *(items as *const usize).add(i) as Rank, items, &mut done) {
+        if let Err((done, e)) = put_ints(py, enc, n, |i| *(items as *const usize).add(i) as Rank, items) {
             return fail(items, done, e);
         }
         let list = ffi::PyList_New(0);
