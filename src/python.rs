@@ -17,6 +17,7 @@ use crate::error::{Error, Rank};
 use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
 use crate::str_storage::{Storage, Unencodable};
+use crate::shared_ints::put_ints;
 use crate::trainer;
 
 /// The one mapping from engine errors to Python exceptions.
@@ -88,28 +89,8 @@ fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_
     Ok(SpecialPolicy { allowed, disallowed, extra_disallowed: extra })
 }
 
-/// Python int objects for token ids, shared by every encoder of the process and created
-/// once: turning ids into a list then costs a reference count each, not an allocation,
-/// which matters most in batch calls, where building the lists is the part that runs
-/// under the GIL on one core.
-///
-/// The lock is held only while a list's places are filled, which runs no Python code
-/// and keeps the GIL, and it is never waited for: a thread that finds it taken makes its
-/// own ints (unreachable while the module runs under the GIL, as it does; it would keep
-/// a free-threaded build from waiting). Waiting with the GIL held deadlocks as soon as
-/// the lock's holder needs the GIL back: an earlier version, which held the lock while
-/// allocating lists, hung when an allocation started a garbage collection whose
-/// callback let another encoding thread take the GIL.
-static INTS: Mutex<Vec<Option<Py<PyAny>>>> = Mutex::new(Vec::new());
-/// Ids above this get a fresh int object each time (no vocabulary comes close).
-const MAX_SHARED_INT: usize = 1 << 21;
-
-/// How many ids ahead [`list_of_ids`] asks the CPU to fetch an id's place in the table,
-/// and (once that place has arrived) the int object it points to.
-const SLOT_AHEAD: usize = 32;
-const INT_AHEAD: usize = 16;
-
-/// `tokens` as a Python list of ints, taking its ints from [`INTS`].
+/// `tokens` as a Python list of ints, taking its ints from the shared table
+/// ([`crate::shared_ints`]).
 ///
 /// The list is filled through the C API directly (its item array, each place once): with
 /// PyO3's list-from-iterator, building the lists cost about 1.4 times as much (cl100k,
@@ -129,80 +110,6 @@ fn list_of_ids<'py>(py: Python<'py>, enc: &Encoder, tokens: &[Rank]) -> PyResult
         put_ints(py, enc, tokens.len(), |i| *tokens.get_unchecked(i), items).map_err(|(_, e)| e)?;
         Ok(list)
     }
-}
-
-/// Writes the int object of each of `n` ids into `items[0..n]`, `id(i)` giving the `i`-th
-/// id, with the ints taken from [`INTS`]. `id(i)` is asked for before place `i` is
-/// written, and ids of later places are asked for ahead of time (to prefetch), so the
-/// ids may live in `items` itself. On an error (no memory for an int) it gives the number
-/// of places written: those after them are as they were.
-///
-/// The int objects are made on first use, not all at once: frequent ids then tend to sit
-/// together in memory (they show up early), so the reference counts touched while
-/// building a list stay in the CPU's cache. For the rarer ids, taking a reference costs
-/// two dependent cache misses (the table, then the object); as the ids are all known up
-/// front, both are prefetched some ids ahead, so the misses overlap instead of queueing.
-///
-/// Every id is below `enc`'s id count, so the table is sized from that, without a pass
-/// over the ids.
-///
-/// # Safety
-/// `items` must be valid for writes of `n` places, `id(i)` valid for every `i < n`, and
-/// the GIL held.
-unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -> Rank, items: *mut *mut ffi::PyObject) -> Result<(), (usize, PyErr)> {
-    // Nothing between taking the lock and dropping it runs Python code: ints are not
-    // tracked by the garbage collector. Anything that may start a collection (allocating
-    // the list) happens before the lock is taken.
-    let mut guard = match INTS.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    };
-    // (without the table, every id gets an int of its own: the same list, slower)
-    let mut none = Vec::new();
-    let ints = match guard.as_deref_mut() {
-        Some(ints) => {
-            let want = enc.vocab().id_count().min(MAX_SHARED_INT);
-            if ints.len() < want {
-                ints.resize_with(want, || None);
-            }
-            ints
-        }
-        None => &mut none,
-    };
-    for i in 0..n {
-        if i + SLOT_AHEAD < n {
-            if let Some(slot) = ints.get(id(i + SLOT_AHEAD) as usize) {
-                prefetch(slot as *const Option<Py<PyAny>> as *const u8);
-            }
-        }
-        if i + INT_AHEAD < n {
-            if let Some(Some(obj)) = ints.get(id(i + INT_AHEAD) as usize) {
-                prefetch(obj.as_ptr() as *const u8);
-            }
-        }
-        let t = id(i);
-        let obj = match ints.get_mut(t as usize) {
-            Some(Some(obj)) => {
-                let p = obj.as_ptr();
-                ffi::Py_INCREF(p);
-                p
-            }
-            slot => {
-                let p = ffi::PyLong_FromUnsignedLongLong(t as u64);
-                if p.is_null() {
-                    return Err((i, PyErr::fetch(py)));
-                }
-                if let Some(slot) = slot {
-                    ffi::Py_INCREF(p);
-                    *slot = Some(Bound::from_owned_ptr(py, p).unbind());
-                }
-                p
-            }
-        };
-        *items.add(i) = obj;
-    }
-    Ok(())
 }
 
 /// Texts of at least this many bytes of UTF-8 (128 KiB) are encoded with
@@ -326,20 +233,6 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
         (*lp).ob_base.ob_size = n as ffi::Py_ssize_t;
         Ok(Some(Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>()))
     }
-}
-
-/// Asks the CPU to bring the cache line at `p` closer; no effect on what the program
-/// computes (a no-op on other architectures).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
-    // address, and every x86_64 CPU has SSE.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// A str's characters as CPython stores them, read in place.

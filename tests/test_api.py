@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 import inspect
 import os
 import pickle
@@ -496,9 +497,14 @@ def test_str_subclass_input(cl100k):
 
 
 @pytest.mark.skipif(not hasattr(sys, "getrefcount"), reason="needs CPython's reference counts")
-def test_returned_ids_hold_exactly_one_reference_each(cl100k):
-    """The lists are filled through the C API with shared int objects: every list must
-    hold one reference per place, and dropping the lists must give them all back."""
+def test_returned_ids_are_shared_ints_whose_counts_stay_right(cl100k):
+    """The lists are filled through the C API with int objects shared by every list.
+
+    Where the build allows it, those ints are permanent (a count of at least 2**30: from
+    Python 3.12 on, immortal), and a list's places do not count references: while lists
+    hold the int, its count must not grow. Elsewhere every place holds one reference,
+    and dropping the lists gives them all back. Either way the int must outlive any
+    number of lists made and dropped, and stay the one every later list gets."""
     tm, tt = cl100k
     text = "hello world, hello again"
     first = tm.encode_ordinary(text)
@@ -507,14 +513,29 @@ def test_returned_ids_hold_exactly_one_reference_each(cl100k):
     hello = first[0]
     assert hello > 256
     before = sys.getrefcount(hello)
-    lists = [tm.encode_ordinary(text) for _ in range(50)]
-    lists += tm.encode_ordinary_batch([text] * 500, num_threads=2)  # above SMALL_BATCH: the pool builds runs
-    assert all(ids[0] is hello for ids in lists)
-    places = sum(ids.count(hello) for ids in lists)
-    assert places >= len(lists)
-    assert sys.getrefcount(hello) == before + places
-    del lists
-    assert sys.getrefcount(hello) == before
+    permanent = before >= 2**30
+    for _ in range(3):
+        lists = [tm.encode_ordinary(text) for _ in range(50)]
+        lists += tm.encode_ordinary_batch([text] * 500, num_threads=2)  # above SMALL_BATCH: the pool builds runs
+        lists.append(tm.encode_ordinary(text * 6000))  # 144 KB: straight into the list's items
+        assert all(ids[0] is hello for ids in lists)
+        places = sum(ids.count(hello) for ids in lists)
+        assert places >= len(lists)
+        if permanent:
+            assert sys.getrefcount(hello) <= before
+        else:
+            assert sys.getrefcount(hello) == before + places
+        del lists
+        gc.collect()
+        if not permanent:
+            assert sys.getrefcount(hello) == before
+        # Memory an int freed by mistake would go back to: fill it with other ints.
+        junk = [int(str(10**6 + k)) for k in range(20000)]
+        del junk
+        again = tm.encode_ordinary(text)
+        assert again[0] is hello and again == tt.encode_ordinary(text)
+        del again
+    assert (sys.getrefcount(hello) >= 2**30) == permanent
 
 
 # ----------------------------------------------------------------------------------------
