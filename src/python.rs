@@ -121,20 +121,9 @@ const DRAIN_EVERY: usize = 4096;
 /// The ids of `text` (under `policy`, or as ordinary text with `None`) as a new list.
 fn encode_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>, policy: Option<&SpecialPolicy>) -> PyResult<Bound<'py, PyList>> {
     #[cfg(not(Py_GIL_DISABLED))]
-    {
-        // SAFETY: `text` is a str (these read its header).
-        let (ascii, kind, chars) = unsafe {
-            let p = text.as_ptr();
-            (ffi::PyUnicode_IS_ASCII(p) != 0, ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
-        };
-        // The most bytes of UTF-8 a character stored this wide can take.
-        let widest = if ascii { 1 } else { (kind as usize + 1).min(4) };
-        // (counted exactly only when it may reach the threshold)
-        let bytes = if widest == 1 || chars.saturating_mul(widest) < DIRECT_LIST_FROM { chars } else { storage(text)?.utf8_len() };
-        if bytes >= DIRECT_LIST_FROM {
-            if let Some(list) = encode_into_list(py, enc, text, policy, bytes)? {
-                return Ok(list);
-            }
+    if let Some(bytes) = long_text_bytes(text)? {
+        if let Some(list) = encode_into_list(py, enc, text, policy, bytes)? {
+            return Ok(list);
         }
     }
     let tokens = with_text(py, text, |t| match policy {
@@ -145,24 +134,43 @@ fn encode_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>,
     list_of_ids(py, enc, &tokens)
 }
 
+/// The bytes of UTF-8 of `text` when they are at least [`DIRECT_LIST_FROM`] (a text whose
+/// ids go straight into the object returned), `None` for a shorter text.
+fn long_text_bytes(text: &Bound<'_, PyString>) -> PyResult<Option<usize>> {
+    // SAFETY: `text` is a str (these read its header).
+    let (ascii, kind, chars) = unsafe {
+        let p = text.as_ptr();
+        (ffi::PyUnicode_IS_ASCII(p) != 0, ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
+    };
+    // The most bytes of UTF-8 a character stored this wide can take.
+    let widest = if ascii { 1 } else { (kind as usize + 1).min(4) };
+    // (counted exactly only when it may reach the threshold)
+    let bytes = if widest == 1 || chars.saturating_mul(widest) < DIRECT_LIST_FROM { chars } else { storage(text)?.utf8_len() };
+    Ok((bytes >= DIRECT_LIST_FROM).then_some(bytes))
+}
+
+/// Room for the ids of a text of `bytes` of UTF-8 in the object it is encoded into: three
+/// ids per four bytes, more than real text needs (about one per three to four bytes) and
+/// than random letters and punctuation without whitespace (0.71-0.72 with cl100k and
+/// o200k). A text with more ids (one per byte at most) grows the object once, at the end.
+fn first_room(bytes: usize) -> usize {
+    bytes / 4 * 3 + 64
+}
+
 /// A raw pointer the engine may write through with the GIL released.
-#[cfg(not(Py_GIL_DISABLED))]
-struct Places(*mut usize);
-// SAFETY: the places are in an array nothing else can reach until the writes are over
-// (see `encode_into_list`), and only the thread that encodes writes through it.
-#[cfg(not(Py_GIL_DISABLED))]
-unsafe impl Send for Places {}
-#[cfg(not(Py_GIL_DISABLED))]
-unsafe impl Sync for Places {}
+struct Places<T>(*mut T);
+// SAFETY: the places are in memory nothing else can reach until the writes are over
+// (see `encode_into_list` and `encode_into_bytes`), and only the thread that encodes
+// writes through it.
+unsafe impl<T> Send for Places<T> {}
+unsafe impl<T> Sync for Places<T> {}
 
 /// Encodes a long text (`bytes` of UTF-8) straight into the item array of the list it
 /// returns, so that its ids need no array of their own: for 1 MB of text without
 /// whitespace (723k ids), 2.9 MB less memory and, in a process that has not encoded
 /// before, about 950 fewer page faults. The array is allocated as CPython allocates a
-/// list's items (`PyMem_Malloc`, not zeroed) with room for three ids per four bytes, more
-/// than real text needs (about one per three to four bytes) and than random letters and
-/// punctuation without whitespace (0.71-0.72 with cl100k and o200k); the engine, with the GIL
-/// released, writes the ids into it as plain integers (any past its room wait in a
+/// list's items (`PyMem_Malloc`, not zeroed) with [`first_room`]; the engine, with the
+/// GIL released, writes the ids into it as plain integers (any past its room wait in a
 /// vector); then each is replaced by its int in place, and the array, cut to size, is
 /// handed to a new empty list, as the list would grow its own. `None` when the room
 /// cannot be had (the caller then encodes the usual way).
@@ -172,7 +180,7 @@ unsafe impl Sync for Places {}
 #[cfg(not(Py_GIL_DISABLED))]
 fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>, policy: Option<&SpecialPolicy>, bytes: usize) -> PyResult<Option<Bound<'py, PyList>>> {
     const PLACE: usize = std::mem::size_of::<*mut ffi::PyObject>();
-    let room = bytes / 4 * 3 + 64;
+    let room = first_room(bytes);
     // SAFETY: the array belongs to this call until it is handed to the list; the engine
     // writes at most `room` places into it; from `put_ints` on, places `0..done` hold
     // owned references (dropped on an error) and the rest plain ids.
@@ -232,6 +240,61 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
         (*lp).allocated = n.max(1) as ffi::Py_ssize_t;
         (*lp).ob_base.ob_size = n as ffi::Py_ssize_t;
         Ok(Some(Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>()))
+    }
+}
+
+/// Encodes a long text (`bytes` of UTF-8) straight into the `bytes` object it returns
+/// (the ids as native-endian uint32, for `encode_to_numpy`), so that its ids need no
+/// vector of their own and are not copied: CPython's bytes writer starts with
+/// [`first_room`], the engine writes the ids into it with the GIL released (any past its
+/// room wait in a vector), and the object is cut or grown to the ids' size.
+fn encode_into_bytes<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>, policy: Option<&SpecialPolicy>, bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+    use ffi::compat::{PyBytesWriter_Create, PyBytesWriter_Discard, PyBytesWriter_FinishWithSize, PyBytesWriter_GetData, PyBytesWriter_Resize};
+    const ID: usize = std::mem::size_of::<Rank>();
+    let room = first_room(bytes);
+    // SAFETY: the writer belongs to this call until it is finished or discarded; the
+    // engine writes at most `room` ids into its `room * ID` bytes.
+    unsafe {
+        let writer = PyBytesWriter_Create((room * ID) as ffi::Py_ssize_t);
+        if writer.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let places = Places(PyBytesWriter_GetData(writer) as *mut Rank);
+        let mut written = 0usize;
+        let mut beyond: Vec<Rank> = Vec::new();
+        let encoded = with_text(py, text, |t| {
+            let places = &places;
+            enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
+                let fit = ids.len().min(room - written);
+                std::ptr::copy_nonoverlapping(ids.as_ptr(), places.0.add(written), fit);
+                written += fit;
+                beyond.extend_from_slice(&ids[fit..]);
+            })
+        });
+        let failed = match encoded {
+            Err(e) => Some(e),
+            Ok(Err(e)) => Some(to_py_err(py, e)),
+            Ok(Ok(())) => None,
+        };
+        if let Some(e) = failed {
+            PyBytesWriter_Discard(writer);
+            return Err(e);
+        }
+        let n = written + beyond.len();
+        if !beyond.is_empty() {
+            if PyBytesWriter_Resize(writer, (n * ID) as ffi::Py_ssize_t) < 0 {
+                let e = PyErr::fetch(py);
+                PyBytesWriter_Discard(writer);
+                return Err(e);
+            }
+            let data = PyBytesWriter_GetData(writer) as *mut Rank;
+            std::ptr::copy_nonoverlapping(beyond.as_ptr(), data.add(written), beyond.len());
+        }
+        let obj = PyBytesWriter_FinishWithSize(writer, (n * ID) as ffi::Py_ssize_t);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked::<PyBytes>())
     }
 }
 
@@ -498,13 +561,11 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     PyList::new(py, lists.into_iter().map(|l| l.expect("every text was encoded")))
 }
 
-fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> PyResult<Bound<'py, PyBytes>> {
-    PyBytes::new_with(py, tokens.len() * 4, |buf| {
-        for (slot, t) in buf.chunks_exact_mut(4).zip(tokens) {
-            slot.copy_from_slice(&t.to_ne_bytes());
-        }
-        Ok(())
-    })
+/// `tokens` as native-endian uint32 bytes, copied once (not into a zeroed object).
+fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
+    // SAFETY: every id is four plain bytes; the slice covers exactly the ids' memory.
+    let raw = unsafe { std::slice::from_raw_parts(tokens.as_ptr() as *const u8, std::mem::size_of_val(tokens)) };
+    PyBytes::new(py, raw)
 }
 
 /// The compiled encoder behind `tokenmill.Encoding`.
@@ -548,8 +609,11 @@ impl PyCoreBPE {
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).
     fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        if let Some(bytes) = long_text_bytes(text)? {
+            return encode_into_bytes(py, &self.inner, text, Some(&policy), bytes);
+        }
         let tokens = with_text(py, text, |text| self.inner.encode(text, &policy))?.map_err(|e| to_py_err(py, e))?;
-        u32_bytes(py, &tokens)
+        Ok(u32_bytes(py, &tokens))
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]

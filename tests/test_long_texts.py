@@ -1,6 +1,7 @@
 """Long texts, one call: from 128 KiB of UTF-8 on, `encode` and `encode_ordinary` have the
-engine write the ids straight into the item array of the list they return, which starts
-with room for three ids per four bytes and grows when a text has more.
+engine write the ids straight into the item array of the list they return, and
+`encode_to_numpy` into the bytes object under its array; both start with room for three
+ids per four bytes and grow when a text has more.
 
 Every such text must still give tiktoken's ids, with and without special tokens, whether
 its ids fit the first room or not, and the list must be an ordinary list, sized to its
@@ -15,6 +16,7 @@ import string
 import sys
 import tracemalloc
 
+import numpy as np
 import pytest
 
 # The size from which the direct path is taken (`DIRECT_LIST_FROM` in src/python.rs).
@@ -61,6 +63,10 @@ def test_long_texts_give_tiktokens_ids(get_pair, name: str, stored: str, shape: 
     assert tm.encode_ordinary(text) == expected
     assert tm.encode(text) == expected
     assert tm.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
+    array = tm.encode_to_numpy(text)
+    assert array.dtype == np.uint32 and array.shape == (len(expected),)
+    assert array.tolist() == expected
+    assert tm.encode_to_numpy(text, allowed_special="all").tolist() == tt.encode(text, allowed_special="all")
 
 
 def test_a_byte_level_vocabulary_has_one_id_a_byte() -> None:
@@ -80,6 +86,7 @@ def test_a_byte_level_vocabulary_has_one_id_a_byte() -> None:
     ids = tm.encode(text, allowed_special="all")
     assert ids == tt.encode(text, allowed_special="all")
     assert tm.encode_ordinary(text) == list(text.encode()) == tt.encode_ordinary(text)
+    assert tm.encode_to_numpy(text, allowed_special="all").tolist() == ids
     assert tm.decode(ids) == text
 
 
@@ -130,7 +137,10 @@ def test_special_tokens_in_long_texts(cl100k) -> None:
     late = body + body + "<|endoftext|>"
     with pytest.raises(ValueError):
         tm.encode(late)
+    with pytest.raises(ValueError, match=r"disallowed special token '<\|endoftext\|>'"):
+        tm.encode_to_numpy(late)
     assert tm.encode(late, disallowed_special=()) == tt.encode(late, disallowed_special=())
+    assert tm.encode_to_numpy(text, allowed_special="all").tolist() == tt.encode(text, allowed_special="all")
 
 
 @pytest.mark.parametrize("at", [0, DIRECT_FROM // 2, -1])
@@ -145,6 +155,7 @@ def test_a_lone_surrogate_in_a_long_text(cl100k, at: int) -> None:
     # The public calls do what tiktoken's do.
     assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
     assert tm.encode(text) == tt.encode(text)
+    assert tm.encode_to_numpy(text).tolist() == tt.encode(text)
 
 
 def test_long_texts_from_several_threads_at_once(cl100k) -> None:
@@ -159,4 +170,6 @@ def test_long_texts_from_several_threads_at_once(cl100k) -> None:
     order = [k % 4 for k in range(24)]
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(lambda k: tm.encode_ordinary(texts[k]), order))
+        arrays = list(pool.map(lambda k: tm.encode_to_numpy(texts[k]).tolist(), order))
     assert got == [alone[k] for k in order]
+    assert arrays == [alone[k] for k in order]
