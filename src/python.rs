@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::{PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyStringData};
@@ -140,7 +140,13 @@ fn long_text_bytes(text: &Bound<'_, PyString>) -> PyResult<Option<usize>> {
     // SAFETY: `text` is a str (these read its header).
     let (ascii, kind, chars) = unsafe {
         let p = text.as_ptr();
-        (ffi::PyUnicode_IS_ASCII(p) != 0, ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
+        // (Python 3.14's headers have no ASCII test that PyO3 exposes: there a Latin-1
+        // text long enough to matter is counted)
+        #[cfg(not(Py_3_14))]
+        let ascii = ffi::PyUnicode_IS_ASCII(p) != 0;
+        #[cfg(Py_3_14)]
+        let ascii = false;
+        (ascii, ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
     };
     // The most bytes of UTF-8 a character stored this wide can take.
     let widest = if ascii { 1 } else { (kind as usize + 1).min(4) };
@@ -220,7 +226,7 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
             // Grown to take the ids past the room, or cut down to the ids' number.
             let resized = ffi::PyMem_Realloc(items as *mut std::ffi::c_void, n.max(1) * PLACE) as *mut *mut ffi::PyObject;
             if resized.is_null() {
-                return fail(items, 0, PyMemoryError::new_err("no memory for the list of token ids"));
+                return fail(items, 0, pyo3::exceptions::PyMemoryError::new_err("no memory for the list of token ids"));
             }
             items = resized;
             for (k, &id) in beyond.iter().enumerate() {
