@@ -73,6 +73,15 @@ impl<'a> Storage<'a> {
         })
     }
 
+    /// How many characters the text has.
+    pub fn chars(self) -> usize {
+        match self {
+            Storage::Latin1(chars) => chars.len(),
+            Storage::Ucs2(chars) => chars.len(),
+            Storage::Ucs4(chars) => chars.len(),
+        }
+    }
+
     /// How many bytes the text takes in UTF-8 (a lone surrogate counted as three, though
     /// it has no UTF-8).
     pub fn utf8_len(self) -> usize {

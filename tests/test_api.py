@@ -783,6 +783,36 @@ def test_threads_that_hand_the_gil_over_while_lists_are_built_do_not_deadlock():
     assert r.stdout.split() == ["wrong", "0"]
 
 
+def test_other_threads_run_while_a_long_text_is_encoded(cl100k):
+    """A text of 256 characters or more is encoded with the GIL released (a shorter one
+    with it held: releasing it costs more than such a text takes). With a switch interval
+    of a second, a thread spinning in Python gets the GIL only where a call lets it go."""
+    tm, tt = cl100k
+    text = "some words, 12345 and more words\n" * 40000  # 1.3 MB
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    spinner = threading.Thread(target=spin)
+    try:
+        spinner.start()
+        time.sleep(0.05)  # (lets the spinner take the GIL once, then waits for it back)
+        before = count[0]
+        ids = tm.encode_ordinary(text)
+        during = count[0] - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        spinner.join()
+    assert ids == tt.encode_ordinary(text)
+    assert during > 0
+
+
 # ----------------------------------------------------------------------------------------
 # encode_batch after os.fork()
 # ----------------------------------------------------------------------------------------
