@@ -479,6 +479,11 @@ impl Scanner {
 /// windows of ASCII text and two-byte letters at a time (`bitwise_split.rs`), and one
 /// piece at a time elsewhere (other non-ASCII text, the last 64 bytes, runs longer than a
 /// window); r50k one piece at a time.
+/// What pads the copy of a text's last bytes that a window reads: no UTF-8 byte, so no
+/// character a window classifies (it ends the window's prefix as a character of three
+/// bytes or more would).
+const TAIL_PAD: u8 = 0xFF;
+
 pub struct Spans<'s, 't> {
     scanner: &'s Scanner,
     b: &'t [u8],
@@ -497,14 +502,25 @@ impl Spans<'_, '_> {
     #[inline(always)]
     fn window(&mut self, starts: impl FnOnce(&[u8], usize) -> Option<u64>) -> Option<usize> {
         let (b, i) = (self.b, self.i);
-        let w = b.get(i..i + 64)?;
+        let mut padded = [TAIL_PAD; 64];
+        let (w, text, at) = match b.get(i..i + 64) {
+            Some(w) => (w, b, i),
+            None => {
+                // The text's last 16 to 63 bytes: a copy padded with bytes that end a
+                // window, as a character of three bytes or more does mid-text. The last
+                // run before them is left to the per-character path, as it is there.
+                let tail = b.get(i..).filter(|t| t.len() >= 16)?;
+                padded[..tail.len()].copy_from_slice(tail);
+                (&padded[..], &padded[..], 0)
+            }
+        };
         let (x, y) = (u64::from_le_bytes(w[..8].try_into().unwrap()), u64::from_le_bytes(w[8..16].try_into().unwrap()));
         // A byte of 0xE0 or more leads such a character (bits 7, 6 and 5 set).
         let three = |v: u64| v & (v << 1) & (v << 2) & 0x8080_8080_8080_8080;
         if three(x) | three(y) != 0 {
             return None;
         }
-        let starts = starts(b, i)?;
+        let starts = starts(text, at)?;
         (self.ends, self.base) = (starts & (starts - 1), i);
         Some(self.pop())
     }
