@@ -502,7 +502,7 @@ impl Spans<'_, '_> {
     #[inline(always)]
     fn window(&mut self, starts: impl FnOnce(&[u8], usize) -> Option<u64>) -> Option<usize> {
         let (b, i) = (self.b, self.i);
-        let mut padded = [TAIL_PAD; 64];
+        let padded: [u8; 64];
         let (w, text, at) = match b.get(i..i + 64) {
             Some(w) => (w, b, i),
             None => {
@@ -510,7 +510,9 @@ impl Spans<'_, '_> {
                 // window, as a character of three bytes or more does mid-text. The last
                 // run before them is left to the per-character path, as it is there.
                 let tail = b.get(i..).filter(|t| t.len() >= 16)?;
-                padded[..tail.len()].copy_from_slice(tail);
+                let mut copy = [TAIL_PAD; 64];
+                copy[..tail.len()].copy_from_slice(tail);
+                padded = copy;
                 (&padded[..], &padded[..], 0)
             }
         };
