@@ -167,10 +167,36 @@ fn first_room(bytes: usize) -> usize {
 /// A raw pointer the engine may write through with the GIL released.
 struct Places<T>(*mut T);
 // SAFETY: the places are in memory nothing else can reach until the writes are over
-// (see `encode_into_list` and `encode_into_bytes`), and only the thread that encodes
-// writes through it.
+// (see `encode_into_places`), and only the thread that encodes writes through it.
 unsafe impl<T> Send for Places<T> {}
 unsafe impl<T> Sync for Places<T> {}
+
+/// Encodes `text` (under `policy`, or as ordinary text with `None`) with the GIL released,
+/// writing its first `room` ids into `places`, each as `place(id)`. Returns how many were
+/// written there and the ids past them (the ids' first room is [`first_room`], so
+/// there are rarely any).
+///
+/// # Safety
+/// `places` must be valid for writes of `room` values and reachable by nothing else until
+/// this returns.
+unsafe fn encode_into_places<T>(py: Python<'_>, enc: &Encoder, text: &Bound<'_, PyString>, policy: Option<&SpecialPolicy>, places: *mut T, room: usize, place: impl Fn(Rank) -> T + Sync) -> PyResult<(usize, Vec<Rank>)> {
+    let places = Places(places);
+    let mut written = 0usize;
+    let mut beyond: Vec<Rank> = Vec::new();
+    let encoded = with_text(py, text, |t| {
+        let places = &places;
+        enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
+            let fit = ids.len().min(room - written);
+            for (k, &id) in ids[..fit].iter().enumerate() {
+                *places.0.add(written + k) = place(id);
+            }
+            written += fit;
+            beyond.extend_from_slice(&ids[fit..]);
+        })
+    })?;
+    encoded.map_err(|e| to_py_err(py, e))?;
+    Ok((written, beyond))
+}
 
 /// Encodes a long text (`bytes` of UTF-8) straight into the item array of the list it
 /// returns, so that its ids need no array of their own: for 1 MB of text without
@@ -196,20 +222,6 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
         if items.is_null() {
             return Ok(None);
         }
-        let places = Places(items as *mut usize);
-        let mut written = 0usize;
-        let mut beyond: Vec<Rank> = Vec::new();
-        let encoded = with_text(py, text, |t| {
-            let places = &places;
-            enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
-                let fit = ids.len().min(room - written);
-                for (k, &id) in ids[..fit].iter().enumerate() {
-                    *places.0.add(written + k) = id as usize;
-                }
-                written += fit;
-                beyond.extend_from_slice(&ids[fit..]);
-            })
-        });
         let fail = |items: *mut *mut ffi::PyObject, done: usize, e: PyErr| {
             for k in 0..done {
                 ffi::Py_DECREF(*items.add(k));
@@ -217,11 +229,10 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
             ffi::PyMem_Free(items as *mut std::ffi::c_void);
             Err(e)
         };
-        match encoded {
+        let (written, beyond) = match encode_into_places(py, enc, text, policy, items as *mut usize, room, |id| id as usize) {
+            Ok(drained) => drained,
             Err(e) => return fail(items, 0, e),
-            Ok(Err(e)) => return fail(items, 0, to_py_err(py, e)),
-            Ok(Ok(())) => {}
-        }
+        };
         let n = written + beyond.len();
         if n != room {
             // Grown to take the ids past the room, or cut down to the ids' number.
@@ -266,27 +277,13 @@ fn encode_into_bytes<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PySt
         if writer.is_null() {
             return Err(PyErr::fetch(py));
         }
-        let places = Places(PyBytesWriter_GetData(writer) as *mut Rank);
-        let mut written = 0usize;
-        let mut beyond: Vec<Rank> = Vec::new();
-        let encoded = with_text(py, text, |t| {
-            let places = &places;
-            enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
-                let fit = ids.len().min(room - written);
-                std::ptr::copy_nonoverlapping(ids.as_ptr(), places.0.add(written), fit);
-                written += fit;
-                beyond.extend_from_slice(&ids[fit..]);
-            })
-        });
-        let failed = match encoded {
-            Err(e) => Some(e),
-            Ok(Err(e)) => Some(to_py_err(py, e)),
-            Ok(Ok(())) => None,
+        let (written, beyond) = match encode_into_places(py, enc, text, policy, PyBytesWriter_GetData(writer) as *mut Rank, room, |id| id) {
+            Ok(drained) => drained,
+            Err(e) => {
+                PyBytesWriter_Discard(writer);
+                return Err(e);
+            }
         };
-        if let Some(e) = failed {
-            PyBytesWriter_Discard(writer);
-            return Err(e);
-        }
         let n = written + beyond.len();
         if !beyond.is_empty() {
             if PyBytesWriter_Resize(writer, (n * ID) as ffi::Py_ssize_t) < 0 {
