@@ -170,6 +170,68 @@ impl<T> Ready<T> {
     }
 }
 
+/// Items made one at a time, in order, by one thread, and handed out in order to whichever
+/// thread asks next, each once and only once it is made: the taker gets the item itself
+/// (and frees it when done), so a batch need not keep every item until its end. The
+/// decoding batch's lists of ids go through one: the caller's thread reads them from
+/// Python (it holds the GIL) a window ahead of the objects it makes.
+pub struct Feed<T> {
+    items: Vec<Mutex<Option<T>>>,
+    /// Items `0..made` are made.
+    made: AtomicUsize,
+    /// The next item to hand out.
+    next: AtomicUsize,
+    /// Items from this index on will never be made.
+    end: AtomicUsize,
+}
+
+/// What [`Feed::take`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Taken<T> {
+    /// Item `.0`, now the taker's.
+    Item(usize, T),
+    /// The next item is not made yet.
+    NotYet,
+    /// Every item that will be made has been handed out.
+    Done,
+}
+
+impl<T> Feed<T> {
+    pub fn new(n: usize) -> Self {
+        Self { items: (0..n).map(|_| Mutex::new(None)).collect(), made: AtomicUsize::new(0), next: AtomicUsize::new(0), end: AtomicUsize::new(n) }
+    }
+
+    /// Makes the next item (only the maker calls this, for items in order).
+    pub fn push(&self, item: T) {
+        let i = self.made.load(Ordering::Relaxed);
+        *self.items[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(item);
+        self.made.store(i + 1, Ordering::Release);
+    }
+
+    /// No item from `from` on will be made (or handed out, if it was): takers get `Done`
+    /// once the items before it are handed out. `close(0)` stops every taker.
+    pub fn close(&self, from: usize) {
+        self.end.fetch_min(from, Ordering::Release);
+    }
+
+    /// The next item, if it is made.
+    pub fn take(&self) -> Taken<T> {
+        loop {
+            let i = self.next.load(Ordering::Acquire);
+            if i >= self.end.load(Ordering::Acquire) {
+                return Taken::Done;
+            }
+            if i >= self.made.load(Ordering::Acquire) {
+                return Taken::NotYet;
+            }
+            if self.next.compare_exchange_weak(i, i + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                let item = self.items[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+                return Taken::Item(i, item.expect("a made item is handed out once"));
+            }
+        }
+    }
+}
+
 /// Runs `helper` on pool threads, once for each of `each`'s values (a pool of as many
 /// threads as values, up to the cores), while `caller` runs on this thread; returns what `caller`
 /// returns once every helper has returned too. A panic in any of them is raised here
@@ -255,6 +317,39 @@ mod tests {
             assert_eq!(waiter.join().unwrap(), (Some(&7), None));
         });
         assert_eq!(ready.wait(0), None);
+    }
+
+    #[test]
+    fn a_feed_hands_out_each_made_item_once_in_order() {
+        let feed = Feed::<usize>::new(5000);
+        let got: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+        let take = || loop {
+            match feed.take() {
+                Taken::Item(i, item) => {
+                    assert_eq!(item, i * 7);
+                    got.lock().unwrap().push(i);
+                }
+                Taken::NotYet => std::hint::spin_loop(),
+                Taken::Done => break,
+            }
+        };
+        with_helpers(vec![(); 3], |()| take(), || (0..5000).for_each(|i| feed.push(i * 7))).unwrap();
+        let mut got = got.into_inner().unwrap();
+        got.sort_unstable();
+        assert_eq!(got, (0..5000).collect::<Vec<_>>());
+        assert_eq!(feed.take(), Taken::Done);
+
+        // Not yet made, then closed: the items before the close are still handed out.
+        let feed = Feed::<u8>::new(4);
+        assert_eq!(feed.take(), Taken::NotYet);
+        feed.push(1);
+        feed.push(2);
+        feed.close(2);
+        assert_eq!((feed.take(), feed.take(), feed.take()), (Taken::Item(0, 1), Taken::Item(1, 2), Taken::Done));
+        let feed = Feed::<u8>::new(3);
+        feed.push(1);
+        feed.close(0);
+        assert_eq!(feed.take(), Taken::Done);
     }
 
     #[test]

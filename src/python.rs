@@ -346,42 +346,11 @@ fn text_utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
 }
 
 /// Token ids from a Python object, as an argument `Vec<u32>` would take them. A list or
-/// tuple of ints (what decoding is nearly always given) is read in place: PyO3's
-/// extraction iterates and converts each item through generic protocols, which took about
-/// half of `decode_bytes`' time. Anything else, including an int that is negative or too
-/// large, goes through that extraction, for its errors.
+/// tuple of ints (what decoding is nearly always given) is read in place
+/// ([`ids_in_place`]); anything else, including an int that is negative or too large, goes
+/// through PyO3's extraction, for its errors.
 fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
-    let p = obj.as_ptr();
-    // SAFETY: the object is an exact list or tuple (checked first), read under the GIL by
-    // this thread only, with no Python code run meanwhile (converting an exact int runs
-    // none), so its items stay as they are; each is a borrowed reference to a live object.
-    let fast = unsafe {
-        let items: Option<(ffi::Py_ssize_t, fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject)> =
-            if ffi::PyList_CheckExact(p) != 0 {
-                Some((ffi::PyList_GET_SIZE(p), |l, i| ffi::PyList_GET_ITEM(l, i)))
-            } else if ffi::PyTuple_CheckExact(p) != 0 {
-                Some((ffi::PyTuple_GET_SIZE(p), |t, i| ffi::PyTuple_GET_ITEM(t, i)))
-            } else {
-                None
-            };
-        items.and_then(|(n, item)| {
-            (0..n)
-                .map(|i| {
-                    let x = item(p, i);
-                    if ffi::PyLong_CheckExact(x) == 0 {
-                        return None;
-                    }
-                    let mut overflow = 0;
-                    let v = ffi::PyLong_AsLongAndOverflow(x, &mut overflow);
-                    if overflow != 0 {
-                        return None;
-                    }
-                    Rank::try_from(v).ok()
-                })
-                .collect::<Option<Vec<Rank>>>()
-        })
-    };
-    match fast {
+    match ids_in_place(obj) {
         Some(ids) => Ok(ids),
         None => obj.extract::<Vec<Rank>>().map_err(|e| {
             // (the note PyO3 adds to an argument it cannot extract)
@@ -391,12 +360,194 @@ fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
     }
 }
 
-/// The bytes of each list of ids in `batch`, decoded on up to `threads` cores.
-fn decode_many(py: Python<'_>, enc: &Encoder, batch: &[Bound<'_, PyAny>], threads: usize) -> PyResult<Vec<Vec<u8>>> {
-    let batch = batch.iter().map(|ids| ids_from("batch", ids)).collect::<PyResult<Vec<_>>>()?;
-    let ids: usize = batch.iter().map(Vec::len).sum();
-    let threads = if ids < SMALL_DECODE_BATCH { 1 } else { threads };
-    py.detach(|| batch::map(&batch, threads, |t| enc.decode_bytes(t))).map_err(|e| to_py_err(py, e))
+/// The ids of an exact list or tuple of exact ints that fit a token id, read in place;
+/// `None` for anything else. PyO3's extraction iterates and converts each item through
+/// generic protocols, which took about half of `decode_bytes`' time. Runs no Python code.
+fn ids_in_place(obj: &Bound<'_, PyAny>) -> Option<Vec<Rank>> {
+    let p = obj.as_ptr();
+    // SAFETY: the object is an exact list or tuple (checked first), read under the GIL by
+    // this thread only, with no Python code run meanwhile (converting an exact int runs
+    // none), so its items stay as they are; each is a borrowed reference to a live object.
+    unsafe {
+        let (n, item): (ffi::Py_ssize_t, fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject) = if ffi::PyList_CheckExact(p) != 0 {
+            (ffi::PyList_GET_SIZE(p), |l, i| ffi::PyList_GET_ITEM(l, i))
+        } else if ffi::PyTuple_CheckExact(p) != 0 {
+            (ffi::PyTuple_GET_SIZE(p), |t, i| ffi::PyTuple_GET_ITEM(t, i))
+        } else {
+            return None;
+        };
+        // Sized up front: grown as it filled, the vector of a long list was copied and
+        // its pages touched again (reading the long stream's 6M ids: 29 against 18 ms).
+        let mut ids = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let x = item(p, i);
+            if ffi::PyLong_CheckExact(x) == 0 {
+                return None;
+            }
+            let mut overflow = 0;
+            let v = ffi::PyLong_AsLongAndOverflow(x, &mut overflow);
+            if overflow != 0 {
+                return None;
+            }
+            ids.push(Rank::try_from(v).ok()?);
+        }
+        Some(ids)
+    }
+}
+
+/// Decodes every list of ids in `batch` and makes each one's bytes into a Python object
+/// with `make`, in order. The first list that fails, whether it is no list of ids, holds
+/// an id that is no token, or cannot be made (a `str` of invalid UTF-8 under
+/// `errors="strict"`), raises its error, as tiktoken's batch (a loop of single calls)
+/// does. `make_runs_no_python`: `make` runs no Python code (see below).
+///
+/// Reading the ids and making the objects need the GIL, so only this thread can do them:
+/// they were the part of a batch that did not run in parallel (a two-thread batch that
+/// read all ids, then decoded them on the pool, then made all the strs, was no faster
+/// than a loop of `decode`). Now `threads - 1` pool threads take lists in order and
+/// decode each as soon as this thread has read its ids, while this thread makes the
+/// objects of the lists decoded so far, reads on (at most [`DECODE_WINDOW`] ids ahead of
+/// them, so that a batch's ids and bytes are never all in memory at once), and, when it
+/// can do neither, decodes a run of lists itself with the GIL released.
+///
+/// The pool threads wait for this thread to read lists, so it must not run Python code
+/// meanwhile: Python code could call a batch that queues behind them on the pool and
+/// wait for it (a deadlock). So lists are read in place only ([`ids_in_place`]); from the
+/// first list that is no exact list or tuple of exact ints on, and for a `make` that may
+/// run Python code (a `str` with an error handler of the user's), the batch goes on here
+/// alone, once the pool threads have nothing left to wait for.
+fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, PyAny>], threads: usize, make_runs_no_python: bool, mut make: impl FnMut(&[u8]) -> PyResult<O>) -> PyResult<Vec<O>> {
+    type Decoded = Result<Vec<u8>, Error>;
+    let n = batch.len();
+    let threads = threads.min(batch::available_cores()).min(n);
+    // Whether the lists hold fewer than SMALL_DECODE_BATCH ids (counting stops there).
+    let small = || {
+        let mut ids = 0;
+        batch.iter().all(|b| {
+            ids += b.len().unwrap_or(SMALL_DECODE_BATCH);
+            ids < SMALL_DECODE_BATCH
+        })
+    };
+    // The lists from `from` on, here alone: read, decoded and made, each in turn.
+    let on_this_thread = |from: usize, made: &mut Vec<O>, make: &mut dyn FnMut(&[u8]) -> PyResult<O>| -> PyResult<()> {
+        for b in &batch[from..] {
+            let ids = ids_from("batch", b)?;
+            let bytes = if ids.len() < SMALL_DECODE_BATCH { enc.decode_bytes(&ids) } else { py.detach(|| enc.decode_bytes(&ids)) };
+            made.push(make(&bytes.map_err(|e| to_py_err(py, e))?)?);
+        }
+        Ok(())
+    };
+    if threads <= 1 || !make_runs_no_python || small() {
+        let mut made = Vec::with_capacity(n);
+        on_this_thread(0, &mut made, &mut make)?;
+        return Ok(made);
+    }
+    let feed = batch::Feed::<Vec<Rank>>::new(n);
+    // Takes and decodes lists into `into` until it holds about RUN_IDS ids, or until the
+    // next list is not read yet (`true` then) or none is left (`false`).
+    let decode_run = |into: &mut Vec<(usize, Decoded)>| {
+        let mut done = 0;
+        while done < RUN_IDS {
+            match feed.take() {
+                batch::Taken::Item(i, ids) => {
+                    into.push((i, enc.decode_bytes(&ids)));
+                    done += ids.len() + 16;
+                }
+                batch::Taken::NotYet => return true,
+                batch::Taken::Done => return false,
+            }
+        }
+        true
+    };
+    // Each helper owns a sender: once all are done, even by a panic, the channel closes.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<(usize, Decoded)>>();
+    let senders = (1..threads).map(|_| tx.clone()).collect();
+    drop(tx);
+    let helper = |tx: std::sync::mpsc::Sender<Vec<(usize, Decoded)>>| {
+        let mut spins = 0u32;
+        loop {
+            let mut run = Vec::new();
+            let more = decode_run(&mut run);
+            if !run.is_empty() {
+                spins = 0;
+                let _ = tx.send(run); // the receiver outlives the helpers
+            } else if !more {
+                break;
+            } else if spins < 64 {
+                // Waiting for this thread to read more lists.
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    };
+    // Only this thread locks the receiver (see `encode_batch_to_lists`).
+    let rx = Mutex::new(rx);
+    let next_run = |wait: bool| {
+        let take = || rx.lock().unwrap_or_else(|e| e.into_inner());
+        if wait { py.detach(|| take().recv().ok()) } else { take().try_recv().ok() }
+    };
+    let mut decoded: Vec<Option<Decoded>> = (0..n).map(|_| None).collect();
+    let mut lens = Vec::with_capacity(n);
+    let mut made = Vec::with_capacity(n);
+    let mut this_thread = || -> PyResult<()> {
+        // Ids read ahead of the objects made, counting each list 16 ids more than it holds.
+        let mut ahead = 0;
+        let mut end = n;
+        loop {
+            while let Some(run) = next_run(false) {
+                run.into_iter().for_each(|(i, r)| decoded[i] = Some(r));
+            }
+            while let Some(r) = decoded.get_mut(made.len()).and_then(Option::take) {
+                ahead -= lens[made.len()];
+                made.push(make(&r.map_err(|e| to_py_err(py, e))?)?);
+            }
+            if made.len() >= end {
+                // The pool threads have handed out every list they took: the rest (from
+                // a list that cannot be read in place) is this thread's.
+                return on_this_thread(end, &mut made, &mut make);
+            }
+            if lens.len() < end && ahead < DECODE_WINDOW {
+                match ids_in_place(&batch[lens.len()]) {
+                    Some(ids) => {
+                        ahead += ids.len() + 16;
+                        lens.push(ids.len() + 16);
+                        feed.push(ids);
+                    }
+                    None => {
+                        end = lens.len();
+                        feed.close(end);
+                    }
+                }
+                continue;
+            }
+            let mut own = Vec::new();
+            py.detach(|| decode_run(&mut own));
+            if !own.is_empty() {
+                own.into_iter().for_each(|(i, r)| decoded[i] = Some(r));
+                continue;
+            }
+            // Every list read is taken: the helpers' runs.
+            match next_run(true) {
+                Some(run) => run.into_iter().for_each(|(i, r)| decoded[i] = Some(r)),
+                // Every helper is gone with a list still missing: one panicked (its panic
+                // is raised when the helpers are joined).
+                None => return Err(PyRuntimeError::new_err("a decoding thread failed")),
+            }
+        }
+    };
+    batch::with_helpers(senders, helper, || {
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut this_thread));
+        // Finished, failed or panicked: the helpers stop at their next list, and this
+        // thread waits for them with the GIL released (a helper may be queued behind
+        // another call's, which waits for its own caller to take the GIL).
+        feed.close(0);
+        while next_run(true).is_some() {}
+        done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+    .map_err(|e| to_py_err(py, e))??;
+    Ok(made)
 }
 
 /// The name of a codec error handler as CPython takes it (a NUL inside is refused, as
@@ -453,6 +604,10 @@ const SMALL_BATCH: usize = 4096;
 /// short lists, 126 ids: 6 µs on one thread, 25 µs through the pool; 100 lists, 1,137
 /// ids: 40 against 62 µs).
 const SMALL_DECODE_BATCH: usize = 4096;
+
+/// A decoding batch reads lists of ids at most this many ids ahead of the objects it has
+/// made (each list counted 16 ids more than it holds).
+const DECODE_WINDOW: usize = 1 << 16;
 
 /// A run of encoded texts is handed over once it holds this many ids or texts.
 const RUN_IDS: usize = 1 << 14;
@@ -668,8 +823,7 @@ impl PyCoreBPE {
 
     #[pyo3(signature = (batch, num_threads))]
     fn decode_bytes_batch<'py>(&self, py: Python<'py>, batch: Vec<Bound<'py, PyAny>>, num_threads: usize) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let out = decode_many(py, &self.inner, &batch, num_threads)?;
-        Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
+        decode_batch_to(py, &self.inner, &batch, num_threads, true, |b| Ok(PyBytes::new(py, b)))
     }
 
     /// Token ids decoded to a str, as `decode_bytes(tokens).decode("utf-8", errors)` would
@@ -683,9 +837,10 @@ impl PyCoreBPE {
     /// [`PyCoreBPE::decode_str`] of every list of ids in `batch`, decoded in parallel.
     #[pyo3(signature = (batch, errors, num_threads))]
     fn decode_str_batch<'py>(&self, py: Python<'py>, batch: Vec<Bound<'py, PyAny>>, errors: &str, num_threads: usize) -> PyResult<Vec<Bound<'py, PyString>>> {
+        // CPython decodes UTF-8 under these handlers without calling Python code.
+        let builtin = matches!(errors, "strict" | "replace" | "ignore" | "surrogateescape");
         let errors = errors_name(errors)?;
-        let out = decode_many(py, &self.inner, &batch, num_threads)?;
-        out.iter().map(|b| str_from_utf8(py, b, &errors)).collect()
+        decode_batch_to(py, &self.inner, &batch, num_threads, builtin, |b| str_from_utf8(py, b, &errors))
     }
 
     fn decode_single_token_bytes<'py>(&self, py: Python<'py>, token: Rank) -> PyResult<Bound<'py, PyBytes>> {

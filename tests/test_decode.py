@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -105,6 +108,143 @@ def test_decode_batch_matches_tiktoken_batch(encs):
         assert_same_outcome(lambda: tm.decode_batch(batch, errors=errors),
                             lambda: tt.decode_batch(batch, errors=errors))
     assert tm.decode_bytes_batch(batch) == tt.decode_bytes_batch(batch)
+
+
+def _long_lists(tt, count=12):
+    """Lists of ids long enough together (over 4,096 ids) that a batch of them is decoded
+    on the pool threads, of varied lengths, with empty and one-id lists among them."""
+    valid, partial, _ = _id_tables(tt)
+    text = "Fourscore and seven years ago, 四十年前, ölçü 😀 — "
+    lists = []
+    for k in range(count):
+        lists.append(tt.encode_ordinary(text * (5 + 40 * (k % 4))))
+        lists.append([] if k % 3 == 0 else valid[k * 97 : k * 97 + k % 5])
+    lists.append([partial[0], partial[-1]])  # invalid UTF-8 (replaced or kept as bytes)
+    assert sum(map(len, lists)) >= 4096
+    return lists
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_decode_batch_on_the_pool_matches_tiktoken(encs, num_threads):
+    tm, tt = encs
+    batch = _long_lists(tt)
+    for errors in ("replace", "ignore", "surrogateescape"):
+        assert tm.decode_batch(batch, errors=errors, num_threads=num_threads) == [
+            tt.decode(ids, errors=errors) for ids in batch]
+    expected = [tt.decode_bytes(ids) for ids in batch]
+    assert tm.decode_bytes_batch(batch, num_threads=num_threads) == expected
+    # Tuples, and many more lists than threads: the same.
+    many = [tuple(ids) for ids in batch] * 25
+    assert tm.decode_bytes_batch(many, num_threads=num_threads) == expected * 25
+
+
+class _Ids:
+    """A sequence of ids that is no list or tuple (read through the generic protocol)."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return self.ids[i]
+
+
+def test_decode_batch_on_the_pool_with_other_sequences_and_error_handlers(encs):
+    """Lists the pool threads cannot read in place (numpy arrays, int subclasses, other
+    sequences) and error handlers of the user's are taken from the first such list on by
+    the calling thread alone; the results are the same."""
+    import codecs
+
+    tm, tt = encs
+    batch = _long_lists(tt)
+    half = len(batch) // 2
+    mixed = (batch[:half] + [np.array(batch[half], dtype=np.uint32), [_IntSubclass(i) for i in batch[1]],
+             _Ids(batch[half + 1])] + batch[half + 2 :])
+    plain = batch[:half] + [batch[half], batch[1], batch[half + 1]] + batch[half + 2 :]
+    assert tm.decode_batch(mixed, num_threads=2) == [tt.decode(ids) for ids in plain]
+    assert tm.decode_bytes_batch(mixed, num_threads=2) == [tt.decode_bytes(ids) for ids in plain]
+    codecs.register_error("tokenmill_test_star", lambda e: ("*", e.end))
+    assert tm.decode_batch(batch, errors="tokenmill_test_star", num_threads=2) == [
+        tt.decode(ids, errors="tokenmill_test_star") for ids in batch]
+
+
+_REENTRANT_DECODE_SCRIPT = r"""
+import codecs, sys
+import tokenmill
+
+enc = tokenmill.get_encoding(sys.argv[1])
+text = "Fourscore and seven years ago, 四十年前 😀 " * 300
+big = [enc.encode_ordinary(text)] * 8
+bad = [enc.encode_single_token(b"\xe4")]   # a lone lead byte: not UTF-8 on its own
+calls = []
+
+def nested():
+    calls.append(1)
+    return enc.decode_batch(big, num_threads=2) == [text] * 8
+
+class Ids:
+    # A sequence whose reading calls a two-thread batch of its own.
+    def __init__(self, ids):
+        self.ids = ids
+    def __len__(self):
+        assert nested()
+        return len(self.ids)
+    def __getitem__(self, i):
+        return self.ids[i]
+
+def handler(e):
+    assert nested()
+    return ("?", e.end)
+
+codecs.register_error("nested_batch", handler)
+got = enc.decode_batch(big[:4] + [Ids(big[0])] + big[:3], num_threads=2)
+assert got == [text] * 8, "sequence"
+got = enc.decode_batch(big[:4] + [bad] + big[:3], errors="nested_batch", num_threads=2)
+assert got == [text] * 4 + ["?"] + [text] * 3, "handler"
+print("ok", len(calls) >= 2)
+"""
+
+
+def test_python_code_run_by_a_decoding_batch_may_start_another(cl100k):
+    """Reading a list that is no list of ints, or an error handler of the user's, runs
+    Python code on the batch's calling thread; such code may decode a batch of its own
+    on the same pool. Run in a child process, as a deadlock there would hold the GIL."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _REENTRANT_DECODE_SCRIPT, cl100k.tt.name],
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a decoding batch started from Python code run by another one hung")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ok", "True"]
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("big", [False, True], ids=["few_ids", "pool"])
+def test_decode_batch_raises_the_first_failing_lists_error(encs, num_threads, big):
+    """tiktoken decodes a batch list by list, so the first list that fails decides the
+    exception: an id that is no token (KeyError), a list that holds no ids (TypeError), or,
+    under errors="strict", bytes that are not UTF-8 (UnicodeDecodeError). Whatever the
+    order of the bad lists, and whether or not the batch is decoded on the pool."""
+    tm, tt = encs
+    _, partial, holes = _id_tables(tt)
+    bad = {"unknown": [holes[0]] if holes else [tt.max_token_value + 1], "no_ids": ["x"],
+           "not_utf8": [partial[0]], "negative": [-1]}
+    good = _long_lists(tt) if big else [[tt.encode_single_token("a")]] * 3
+    for first in bad:
+        for second in bad:
+            if first == second:
+                continue
+            for at in (0, len(good) // 2, len(good)):
+                batch = good[:at] + [bad[first]] + good[at:] + [bad[second]] + good[:2]
+                ctx = f"{first} at {at}, then {second}, num_threads={num_threads}"
+                assert_same_outcome(
+                    lambda: tm.decode_batch(batch, errors="strict", num_threads=num_threads),
+                    lambda: [tt.decode(ids, errors="strict") for ids in batch], context=ctx)
+                assert_same_outcome(
+                    lambda: tm.decode_bytes_batch(batch, num_threads=num_threads),
+                    lambda: [tt.decode_bytes(ids) for ids in batch], context=ctx)
 
 
 @given(text=fragment_text_valid)
