@@ -336,13 +336,15 @@ class Encoding:
         errors: str = "replace",
         num_threads: int = _DEFAULT_THREADS,
     ) -> list[str]:
-        """Decodes many token lists (in parallel) into strings."""
+        """Decodes many token lists (in parallel) into strings; the first list that fails
+        raises its error, as a loop of ``decode`` calls would."""
         return self._core_bpe.decode_str_batch(list(batch), errors, _threads(num_threads))
 
     def decode_bytes_batch(
         self, batch: Sequence[Sequence[int]], *, num_threads: int = _DEFAULT_THREADS
     ) -> list[bytes]:
-        """Decodes many token lists (in parallel) into bytes."""
+        """Decodes many token lists (in parallel) into bytes; the first list that fails
+        raises its error, as a loop of ``decode_bytes`` calls would."""
         return self._core_bpe.decode_bytes_batch(list(batch), _threads(num_threads))
 
     # ------------------------------------------------------------------ vocabulary
