@@ -10,12 +10,17 @@ process (its object built there, as in ``encode_compare.py``), one call per docu
 * ``decode_batch``: all documents in one call, on the usable cores, for tokenmill and
   tiktoken.
 
+``--ids-as numpy`` hands them over as numpy ``uint32`` arrays instead (what
+``encode_to_numpy`` returns, and how token shards are usually kept; made before the
+timed pass). A library that refuses arrays shows ``-``.
+
 MB/s counts the decoded text's UTF-8 bytes; ``x`` is tokenmill's MB/s over the library's.
 ``same`` says whether the library's strings equal tiktoken's (a SHA-256 over all of them).
 Each figure is the best of ``--repeat`` fresh processes, run in rounds.
 
 Usage:
     python benches/decode_compare.py [--mb 20] [--encodings cl100k_base o200k_base] [--repeat 3] [--libs ...]
+                                     [--ids-as list|numpy]
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ def worker(spec: dict) -> None:
             Path(spec["out"]).write_text(json.dumps(None))
             return
         ids: List[List[int]] = json.loads(Path(spec["ids"]).read_text())
+        if spec.get("ids_as") == "numpy":
+            import numpy as np
+
+            ids = [np.array(x, dtype=np.uint32) for x in ids]
         gc.collect()
         gc.disable()
         t0 = time.perf_counter()
@@ -82,6 +91,8 @@ def main() -> int:
     ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
     ap.add_argument("--libs", nargs="+", default=list(RUN_ORDER), choices=RUN_ORDER)
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure; the best is kept")
+    ap.add_argument("--ids-as", choices=("list", "numpy"), default="list",
+                    help="give the ids as lists of ints (default) or as numpy uint32 arrays")
     args = parse_or_work(ap, worker)
     if args is None:
         return 0
@@ -103,12 +114,14 @@ def main() -> int:
             path = os.path.join(tmp, f"{name}.json")
             Path(path).write_text(json.dumps(ids))
             nbytes = sum(len(t.encode("utf-8")) for t in texts)
-            print(f"== {name}: {len(texts):,} documents, {sum(map(len, ids)):,} ids, {nbytes / 1e6:.2f} MB of text ==")
+            print(f"== {name}: {len(texts):,} documents, {sum(map(len, ids)):,} ids as {args.ids_as}, "
+                  f"{nbytes / 1e6:.2f} MB of text ==")
             best: Dict[Tuple[str, str], dict] = {}
             for _ in range(args.repeat):
                 for lib in libs:
                     for mode in MODES:
-                        spec = {"lib": lib, "encoding": name, "mode": mode, "ids": path, "vocab_file": vocab_file}
+                        spec = {"lib": lib, "encoding": name, "mode": mode, "ids": path, "vocab_file": vocab_file,
+                                "ids_as": args.ids_as}
                         res = run_fresh(__file__, spec, tmp)
                         if res and ((lib, mode) not in best or res["seconds"] < best[(lib, mode)]["seconds"]):
                             best[(lib, mode)] = res

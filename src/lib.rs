@@ -3,9 +3,10 @@
 //! The engine is plain Rust: [`encoder::Encoder`] pre-tokenizes text
 //! ([`pretokenize`]), looks whole pieces up in the [`vocab::Vocab`], merges the rest by
 //! rank ([`bpe`]) and handles special tokens ([`special`]); [`batch`] runs many texts on
-//! a fork-safe rayon pool. The PyO3 bindings live in `python.rs` (with `shared_ints.rs`, the int objects
-//! their lists of ids are made of), compiled only with the `python` feature, so
-//! `cargo test` needs no libpython.
+//! a fork-safe rayon pool. The PyO3 bindings live in `python.rs` (with `shared_ints.rs`,
+//! the int objects their lists of ids are made of, and `ids_from_python.rs`, which reads
+//! the ids given to decoding), compiled only with the `python` feature, so `cargo test`
+//! needs no libpython.
 
 pub mod ascii_classes;
 pub mod batch;
@@ -26,6 +27,8 @@ pub mod token_table;
 pub mod trainer;
 pub mod vocab;
 
+#[cfg(feature = "python")]
+mod ids_from_python;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]

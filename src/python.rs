@@ -15,6 +15,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::batch;
 use crate::encoder::Encoder;
 use crate::error::{Error, Rank};
+use crate::ids_from_python::{ids_from, ids_in_place, note_array_types};
 use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
 use crate::str_storage::{Storage, Unencodable};
@@ -345,56 +346,6 @@ fn text_utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
     storage(text)?.to_cow().map_err(|e| unencodable(text, e))
 }
 
-/// Token ids from a Python object, as an argument `Vec<u32>` would take them. A list or
-/// tuple of ints (what decoding is nearly always given) is read in place
-/// ([`ids_in_place`]); anything else, including an int that is negative or too large, goes
-/// through PyO3's extraction, for its errors.
-fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>> {
-    match ids_in_place(obj) {
-        Some(ids) => Ok(ids),
-        None => obj.extract::<Vec<Rank>>().map_err(|e| {
-            // (the note PyO3 adds to an argument it cannot extract)
-            let _ = e.value(obj.py()).call_method1("add_note", (format!("while processing '{arg}'"),));
-            e
-        }),
-    }
-}
-
-/// The ids of an exact list or tuple of exact ints that fit a token id, read in place;
-/// `None` for anything else. PyO3's extraction iterates and converts each item through
-/// generic protocols, which took about half of `decode_bytes`' time. Runs no Python code.
-fn ids_in_place(obj: &Bound<'_, PyAny>) -> Option<Vec<Rank>> {
-    let p = obj.as_ptr();
-    // SAFETY: the object is an exact list or tuple (checked first), read under the GIL by
-    // this thread only, with no Python code run meanwhile (converting an exact int runs
-    // none), so its items stay as they are; each is a borrowed reference to a live object.
-    unsafe {
-        let (n, item): (ffi::Py_ssize_t, fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject) = if ffi::PyList_CheckExact(p) != 0 {
-            (ffi::PyList_GET_SIZE(p), |l, i| ffi::PyList_GET_ITEM(l, i))
-        } else if ffi::PyTuple_CheckExact(p) != 0 {
-            (ffi::PyTuple_GET_SIZE(p), |t, i| ffi::PyTuple_GET_ITEM(t, i))
-        } else {
-            return None;
-        };
-        // Sized up front: grown as it filled, the vector of a long list was copied and
-        // its pages touched again (reading the long stream's 6M ids: 29 against 18 ms).
-        let mut ids = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let x = item(p, i);
-            if ffi::PyLong_CheckExact(x) == 0 {
-                return None;
-            }
-            let mut overflow = 0;
-            let v = ffi::PyLong_AsLongAndOverflow(x, &mut overflow);
-            if overflow != 0 {
-                return None;
-            }
-            ids.push(Rank::try_from(v).ok()?);
-        }
-        Some(ids)
-    }
-}
-
 /// Decodes every list of ids in `batch` and makes each one's bytes into a Python object
 /// with `make`, in order. The first list that fails, whether it is no list of ids, holds
 /// an id that is no token, or cannot be made (a `str` of invalid UTF-8 under
@@ -412,14 +363,17 @@ fn ids_in_place(obj: &Bound<'_, PyAny>) -> Option<Vec<Rank>> {
 ///
 /// The pool threads wait for this thread to read lists, so it must not run Python code
 /// meanwhile: Python code could call a batch that queues behind them on the pool and
-/// wait for it (a deadlock). So lists are read in place only ([`ids_in_place`]); from the
-/// first list that is no exact list or tuple of exact ints on, and for a `make` that may
+/// wait for it (a deadlock). So lists are read in place only ([`ids_in_place`]: exact
+/// lists and tuples of exact ints, arrays of integers); from the first list that is
+/// neither on, and for a `make` that may
 /// run Python code (a `str` with an error handler of the user's), the batch goes on here
 /// alone, once the pool threads have nothing left to wait for.
 fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, PyAny>], threads: usize, make_runs_no_python: bool, mut make: impl FnMut(&[u8]) -> PyResult<O>) -> PyResult<Vec<O>> {
     type Decoded = Result<Vec<u8>, Error>;
     let n = batch.len();
     let threads = threads.min(batch::available_cores()).min(n);
+    // (before any pool thread waits on this one: it may run Python code)
+    note_array_types(py);
     // Whether the lists hold fewer than SMALL_DECODE_BATCH ids (counting stops there).
     let small = || {
         let mut ids = 0;

@@ -152,8 +152,8 @@ class _Ids:
 
 
 def test_decode_batch_on_the_pool_with_other_sequences_and_error_handlers(encs):
-    """Lists the pool threads cannot read in place (numpy arrays, int subclasses, other
-    sequences) and error handlers of the user's are taken from the first such list on by
+    """Lists the pool threads cannot read in place (int subclasses, other sequences) and
+    error handlers of the user's are taken from the first such list on by
     the calling thread alone; the results are the same."""
     import codecs
 
@@ -203,13 +203,26 @@ got = enc.decode_batch(big[:4] + [Ids(big[0])] + big[:3], num_threads=2)
 assert got == [text] * 8, "sequence"
 got = enc.decode_batch(big[:4] + [bad] + big[:3], errors="nested_batch", num_threads=2)
 assert got == [text] * 4 + ["?"] + [text] * 3, "handler"
+if sys.version_info >= (3, 12):
+    import numpy as np
+
+    class Exported(np.ndarray):
+        # An array whose buffer export is Python code that calls a batch of its own:
+        # not read in place (its ids come through the generic protocol instead).
+        def __buffer__(self, flags):
+            assert nested()
+            return super().__buffer__(flags)
+
+    arr = np.asarray(big[0], dtype=np.int64).view(Exported)
+    got = enc.decode_batch(big[:4] + [arr] + big[:3], num_threads=2)
+    assert got == [text] * 8, "array exported by Python code"
 print("ok", len(calls) >= 2)
 """
 
 
 def test_python_code_run_by_a_decoding_batch_may_start_another(cl100k):
-    """Reading a list that is no list of ints, or an error handler of the user's, runs
-    Python code on the batch's calling thread; such code may decode a batch of its own
+    """Reading a list that is no list of ints or array read in place, or an error handler
+    of the user's, runs Python code on the batch's calling thread; such code may decode a batch of its own
     on the same pool. Run in a child process, as a deadlock there would hold the GIL."""
     try:
         r = subprocess.run([sys.executable, "-c", _REENTRANT_DECODE_SCRIPT, cl100k.tt.name],
@@ -423,6 +436,97 @@ def test_decode_accepts_sequences_and_numpy(encs):
                             lambda: tt.decode_with_offsets(value),
                             context=f"decode_with_offsets({type(value).__name__})")
     assert tm.decode(tm.encode_to_numpy(text)) == text
+
+
+_INT_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+               np.intc, np.uintc, np.longlong, np.ulonglong, np.intp, np.uintp]
+
+
+def _ids_fitting(tt, dtype):
+    """Valid ids, partial-UTF-8 ones among them, that the integer type can hold."""
+    valid, partial, _ = _id_tables(tt)
+    top = min(np.iinfo(dtype).max, tt.max_token_value)
+    small = [i for i in valid if i <= top]
+    return small[:: max(1, len(small) // 300)] + [i for i in partial if i <= top][:20]
+
+
+def _arrays_of(ids, dtype, tmp_path):
+    """The same ids in every array layout decoding reads in place: contiguous, strided,
+    running backwards through memory (a negative stride), a numpy.memmap, an array.array and a memoryview."""
+    import array
+
+    a = np.array(ids, dtype=dtype)
+    doubled = np.repeat(a, 2)
+    path = tmp_path / f"ids_{np.dtype(dtype).name}.bin"
+    a.tofile(path)
+    mm = np.memmap(path, dtype=dtype, mode="r", shape=a.shape) if len(ids) else a
+    out = {"contiguous": a, "strided": doubled[::2], "backwards": a[::-1].copy()[::-1],
+           "memmap": mm, "memoryview": memoryview(a)}
+    code = np.dtype(dtype).char
+    if code in "bBhHiIlLqQ":
+        out["array.array"] = array.array(code, ids)
+    return out
+
+
+def test_decode_reads_integer_arrays_in_place_with_tiktokens_results(encs, tmp_path):
+    """One-dimensional integer arrays (numpy of every integer type, strided and memory-
+    mapped ones, array.array, memoryview) are read in place: the same strings, bytes and
+    batches as tiktoken, which reads them one item at a time."""
+    tm, tt = encs
+    for dtype in _INT_DTYPES:
+        ids = _ids_fitting(tt, dtype)
+        for layout, arr in _arrays_of(ids, dtype, tmp_path).items():
+            ctx = f"{np.dtype(dtype).name} {layout}"
+            assert tm.decode_bytes(arr) == tt.decode_bytes(ids), ctx
+            for errors in ("replace", "strict", "surrogateescape"):
+                assert_same_outcome(lambda: tm.decode(arr, errors=errors), lambda: tt.decode(ids, errors=errors),
+                                    context=f"decode({ctx}, errors={errors!r})")
+            assert tm.decode_batch([arr, ids, arr[:0]], num_threads=2) == tt.decode_batch([ids, ids, []])
+    # Pooled batches of arrays (over 4,096 ids in all) give the same results as of lists.
+    batch = _long_lists(tt)
+    arrays = [np.array(ids, dtype=np.uint32 if k % 2 else np.int64) for k, ids in enumerate(batch)]
+    assert tm.decode_batch(arrays, num_threads=2) == [tt.decode(ids) for ids in batch]
+    assert tm.decode_bytes_batch(arrays, num_threads=2) == [tt.decode_bytes(ids) for ids in batch]
+
+
+def test_decode_of_arrays_that_are_not_plain_ids_fails_or_works_as_tiktoken(encs):
+    """Arrays whose items are no token ids (negative, too large, unknown), or that are not
+    one-dimensional native integers (floats, bools, objects, two dimensions, no
+    dimension, the other byte order): tiktoken's result or exception type, also as the
+    first failing list of a batch."""
+    tm, tt = encs
+    good = tt.encode("hello world, 你好")
+    unknown, overflow = _bad_ids(encs)
+    cases = {
+        "float64": np.array(good, dtype=np.float64),
+        "bool": np.array([True, False, True]),
+        "object": np.array(good, dtype=object),
+        "2-d": np.array([good, good], dtype=np.int64),
+        "0-d": np.array(good[0], dtype=np.int64),
+        "int32, other byte order": np.array(good, dtype=np.dtype(np.int32).newbyteorder()),
+        "uint32, other byte order": np.array(good, dtype=np.dtype(np.uint32).newbyteorder()),
+        "uint16, other byte order": np.array([i for i in good if i < 2**16], dtype=np.dtype(np.uint16).newbyteorder()),
+        "empty": np.array([], dtype=np.int64),
+    }
+    for bad in unknown + overflow:
+        for dtype in (np.int64, np.uint64, np.int32, np.uint32):
+            info = np.iinfo(dtype)
+            if info.min <= bad <= info.max:
+                cases[f"{np.dtype(dtype).name} with {bad}"] = np.array(good + [bad] + good, dtype=dtype)
+    cases["int8 with -1"] = np.array([1, 2, -1], dtype=np.int8)
+    for name, arr in cases.items():
+        for fn in ("decode", "decode_bytes", "decode_tokens_bytes"):
+            assert_same_outcome(lambda: getattr(tm, fn)(arr), lambda: getattr(tt, fn)(arr), context=f"{fn}({name})")
+        for batch in ([good, arr], [arr, good]):
+            assert_same_outcome(lambda: tm.decode_bytes_batch(batch, num_threads=2),
+                                lambda: tt.decode_bytes_batch(batch, num_threads=2), context=f"batch({name})")
+    # In a pooled batch, the first failing array raises its error, as in tiktoken's loop.
+    batch = _long_lists(tt)
+    arrays = [np.array(ids, dtype=np.int64) for ids in batch]
+    for bad_at, bad in ((3, -1), (len(arrays) - 2, unknown[0])):
+        broken = arrays[:bad_at] + [np.array(list(batch[bad_at]) + [bad], dtype=np.int64)] + arrays[bad_at + 1 :]
+        assert_same_outcome(lambda: tm.decode_batch(broken, num_threads=2), lambda: tt.decode_batch(broken),
+                            context=f"pooled batch with {bad} in list {bad_at}")
 
 
 class _IntSubclass(int):

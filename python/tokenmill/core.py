@@ -277,6 +277,11 @@ class Encoding:
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
         """Decodes token ids into bytes. Raises ``KeyError`` for an unknown id.
 
+        ``tokens`` may be any sequence of ints, as in tiktoken. A list or tuple of ints and
+        a one-dimensional integer array (numpy, including ``numpy.memmap``; ``array.array``;
+        ``memoryview``) are read in place, without converting each item to a Python int:
+        an array of ids decodes faster than the same ids in a list.
+
         >>> enc.decode_bytes([15339, 1917])
         b'hello world'
         """
@@ -288,6 +293,7 @@ class Encoding:
         Tokens need not end on character boundaries, so the bytes may not be valid UTF-8;
         they are decoded as ``bytes.decode("utf-8", errors)`` would (the default
         ``"replace"`` is lossy, ``"strict"`` raises), without making the bytes first.
+        ``tokens`` is read as in :meth:`decode_bytes` (arrays of ids in place).
 
         >>> enc.decode([15339, 1917])
         'hello world'
