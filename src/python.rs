@@ -346,6 +346,46 @@ fn text_utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
     storage(text)?.to_cow().map_err(|e| unencodable(text, e))
 }
 
+/// Runs of results handed from a batch's pool threads to its calling thread, which alone
+/// makes them into Python objects. Each pool thread owns a sender, so once all are done,
+/// even by a panic, the channel closes.
+struct Handover<T> {
+    /// A receiver is not `Sync`, and this one is waited on with the GIL released; only the
+    /// calling thread ever locks it.
+    rx: Mutex<std::sync::mpsc::Receiver<T>>,
+}
+
+impl<T: Send> Handover<T> {
+    /// The handover, and one sender for each of `helpers` pool threads.
+    fn new(helpers: usize) -> (Self, Vec<std::sync::mpsc::Sender<T>>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let senders = (0..helpers).map(|_| tx.clone()).collect();
+        (Self { rx: Mutex::new(rx) }, senders)
+    }
+
+    /// The next run: one already sent, or with `wait`, the next one sent (waiting with the
+    /// GIL released); `None` when there is none and, with `wait`, every sender is gone.
+    fn next(&self, py: Python<'_>, wait: bool) -> Option<T> {
+        let rx = || self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        if wait { py.detach(|| rx().recv().ok()) } else { rx().try_recv().ok() }
+    }
+
+    /// Runs `helper` on the pool with each sender while `this_thread` runs here. However
+    /// `this_thread` ends (done, failed or panicked), `stop` makes the helpers stop at
+    /// their next item and this thread takes what they still send until all are gone,
+    /// with the GIL released (a helper may be queued behind another call's, which waits
+    /// for its own caller to take the GIL); then a panic goes on here.
+    fn run<R>(&self, py: Python<'_>, senders: Vec<std::sync::mpsc::Sender<T>>, helper: impl Fn(std::sync::mpsc::Sender<T>) + Sync + Send, this_thread: impl FnOnce() -> PyResult<R>, stop: impl FnOnce()) -> PyResult<R> {
+        batch::with_helpers(senders, helper, || {
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(this_thread));
+            stop();
+            while self.next(py, true).is_some() {}
+            done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+        .map_err(|e| to_py_err(py, e))?
+    }
+}
+
 /// Decodes every list of ids in `batch` and makes each one's bytes into a Python object
 /// with `make`, in order. The first list that fails, whether it is no list of ids, holds
 /// an id that is no token, or cannot be made (a `str` of invalid UTF-8 under
@@ -413,10 +453,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
         }
         true
     };
-    // Each helper owns a sender: once all are done, even by a panic, the channel closes.
-    let (tx, rx) = std::sync::mpsc::channel::<Vec<(usize, Decoded)>>();
-    let senders = (1..threads).map(|_| tx.clone()).collect();
-    drop(tx);
+    let (runs, senders) = Handover::<Vec<(usize, Decoded)>>::new(threads - 1);
     let helper = |tx: std::sync::mpsc::Sender<Vec<(usize, Decoded)>>| {
         let mut spins = 0u32;
         loop {
@@ -436,16 +473,11 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             }
         }
     };
-    // Only this thread locks the receiver (see `encode_batch_to_lists`).
-    let rx = Mutex::new(rx);
-    let next_run = |wait: bool| {
-        let take = || rx.lock().unwrap_or_else(|e| e.into_inner());
-        if wait { py.detach(|| take().recv().ok()) } else { take().try_recv().ok() }
-    };
+    let next_run = |wait: bool| runs.next(py, wait);
     let mut decoded: Vec<Option<Decoded>> = (0..n).map(|_| None).collect();
     let mut lens = Vec::with_capacity(n);
     let mut made = Vec::with_capacity(n);
-    let mut this_thread = || -> PyResult<()> {
+    let this_thread = || -> PyResult<()> {
         // Ids read ahead of the objects made, counting each list 16 ids more than it holds.
         let mut ahead = 0;
         let mut end = n;
@@ -491,16 +523,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             }
         }
     };
-    batch::with_helpers(senders, helper, || {
-        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut this_thread));
-        // Finished, failed or panicked: the helpers stop at their next list, and this
-        // thread waits for them with the GIL released (a helper may be queued behind
-        // another call's, which waits for its own caller to take the GIL).
-        feed.close(0);
-        while next_run(true).is_some() {}
-        done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-    .map_err(|e| to_py_err(py, e))??;
+    runs.run(py, senders, helper, this_thread, || feed.close(0))?;
     Ok(made)
 }
 
@@ -610,10 +633,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
             run.add(i, |ids| enc.encode_in_batch(text, policy, threads, ids));
         }
     };
-    // Each helper owns a sender: once all are done, even by a panic, the channel closes.
-    let (tx, rx) = std::sync::mpsc::channel::<Encoded>();
-    let senders = (1..threads).map(|_| tx.clone()).collect();
-    drop(tx);
+    let (runs, senders) = Handover::<Encoded>::new(threads - 1);
     let helper = |tx: std::sync::mpsc::Sender<Encoded>| loop {
         let mut run = Encoded::default();
         encode_run(&mut run);
@@ -622,13 +642,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         }
         let _ = tx.send(run); // the receiver outlives the helpers
     };
-    // A receiver is not `Sync`, and this one is waited on with the GIL released. Only
-    // this thread ever locks it.
-    let rx = Mutex::new(rx);
-    let next_run = |wait: bool| {
-        let take = || rx.lock().unwrap_or_else(|e| e.into_inner());
-        if wait { py.detach(|| take().recv().ok()) } else { take().try_recv().ok() }
-    };
+    let next_run = |wait: bool| runs.next(py, wait);
     let mut take = |run: Encoded| -> PyResult<()> {
         for (i, result) in run.texts {
             match result {
@@ -642,7 +656,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         }
         Ok(())
     };
-    let mut this_thread = || -> PyResult<()> {
+    let this_thread = || -> PyResult<()> {
         // The texts' UTF-8, in order, while the helpers start on the first ones.
         for (i, t) in texts.iter().enumerate() {
             ready.set(i, text_utf8(t)?);
@@ -667,17 +681,8 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
             }
         }
     };
-    batch::with_helpers(senders, helper, || {
-        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut this_thread));
-        // Whether this thread finished, failed (a text that is no valid UTF-8, or no
-        // memory for a list) or panicked: the helpers stop at their next text, and this
-        // thread waits for them with the GIL released (a helper may be queued behind
-        // another call's, which waits for its own caller to take the GIL).
-        ready.give_up();
-        while next_run(true).is_some() {}
-        done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-    .map_err(|e| to_py_err(py, e))??;
+    // (this thread fails on a text that is no valid UTF-8, or without memory for a list)
+    runs.run(py, senders, helper, this_thread, || ready.give_up())?;
     if let Some((_, e)) = failed {
         return Err(to_py_err(py, e));
     }
