@@ -405,9 +405,9 @@ impl<T: Send> Handover<T> {
 /// meanwhile: Python code could call a batch that queues behind them on the pool and
 /// wait for it (a deadlock). So lists are read in place only ([`ids_in_place`]: exact
 /// lists and tuples of exact ints, arrays of integers); from the first list that is
-/// neither on, and for a `make` that may
-/// run Python code (a `str` with an error handler of the user's), the batch goes on here
-/// alone, once the pool threads have nothing left to wait for.
+/// neither on, and for a `make` that may run Python code (a `str` with an error handler
+/// of the user's), the batch goes on here alone, once the pool threads have nothing left
+/// to wait for.
 fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, PyAny>], threads: usize, make_runs_no_python: bool, mut make: impl FnMut(&[u8]) -> PyResult<O>) -> PyResult<Vec<O>> {
     type Decoded = Result<Vec<u8>, Error>;
     let n = batch.len();

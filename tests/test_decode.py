@@ -487,6 +487,10 @@ def test_decode_reads_integer_arrays_in_place_with_tiktokens_results(encs, tmp_p
     arrays = [np.array(ids, dtype=np.uint32 if k % 2 else np.int64) for k, ids in enumerate(batch)]
     assert tm.decode_batch(arrays, num_threads=2) == [tt.decode(ids) for ids in batch]
     assert tm.decode_bytes_batch(arrays, num_threads=2) == [tt.decode_bytes(ids) for ids in batch]
+    # The rows of a two-dimensional array (a batch of equal-length sequences) are views.
+    rows = np.array([ids[:500] for ids in batch if len(ids) >= 500] * 4, dtype=np.int32)
+    assert len(rows) >= 8
+    assert tm.decode_batch(rows, num_threads=2) == tt.decode_batch(rows)
 
 
 def test_decode_of_arrays_that_are_not_plain_ids_fails_or_works_as_tiktoken(encs):
