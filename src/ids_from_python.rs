@@ -106,10 +106,10 @@ pub(crate) fn note_array_types(py: Python<'_>) {
     if wanted.iter().all(|(slot, _, _)| slot.load(Ordering::Relaxed) != 0) {
         return;
     }
-    let Ok(modules) = py.import("sys").and_then(|sys| sys.getattr("modules")) else {
-        return;
-    };
-    let Ok(modules) = modules.cast_into::<PyDict>() else {
+    // SAFETY: the interpreter's module dict, borrowed while the GIL is held (a C call:
+    // cheaper than importing `sys`, which a decode call of a few ids would feel).
+    let modules = unsafe { Bound::from_borrowed_ptr_or_opt(py, ffi::PyImport_GetModuleDict()) };
+    let Some(Ok(modules)) = modules.map(|m| m.cast_into::<PyDict>()) else {
         return;
     };
     for (slot, module, name) in wanted {
