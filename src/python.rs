@@ -422,12 +422,76 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             ids < SMALL_DECODE_BATCH
         })
     };
-    // The lists from `from` on, here alone: read, decoded and made, each in turn.
+    // The lists from `from` on, here alone, in chunks of about RUN_IDS ids: a chunk's
+    // lists are read (their ids copied back to back), decoded into one buffer, then made.
+    // A chunk is decoded with the GIL released when it holds DECODE_WINDOW ids or more (a
+    // long list), or when the GIL has been held for GIL_HOLD: a thread waiting for the GIL
+    // asks for it only after a switch interval without any release, and gets it at the
+    // next release. (Released at every chunk, or list by list as before, the GIL was
+    // released too often and too briefly: each release restarts the waiting thread's
+    // timeout, and this thread takes the GIL back before the waiter wakes.) Errors come
+    // in the lists' order: a list that cannot be read raises once the lists before it
+    // are made.
     let on_this_thread = |from: usize, made: &mut Vec<O>, make: &mut dyn FnMut(&[u8]) -> PyResult<O>| -> PyResult<()> {
-        for b in &batch[from..] {
-            let ids = ids_from("batch", b)?;
-            let bytes = if ids.len() < SMALL_DECODE_BATCH { enc.decode_bytes(&ids) } else { py.detach(|| enc.decode_bytes(&ids)) };
-            made.push(make(&bytes.map_err(|e| to_py_err(py, e))?)?);
+        let vocab = enc.vocab();
+        // The chunk's ids back to back and where each list ends; the same for its bytes.
+        let (mut ids, mut id_ends, mut bytes, mut byte_ends) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut next = from;
+        let mut held_since = std::time::Instant::now();
+        while next < n {
+            ids.clear();
+            id_ends.clear();
+            let mut unreadable = None;
+            while next < n && ids.len() + 16 * id_ends.len() < RUN_IDS {
+                match ids_from("batch", &batch[next]) {
+                    Ok(list) => {
+                        if ids.is_empty() && list.len() >= RUN_IDS {
+                            ids = list; // (a long list is not copied)
+                        } else {
+                            ids.extend_from_slice(&list);
+                        }
+                        id_ends.push(ids.len());
+                        next += 1;
+                    }
+                    Err(e) => {
+                        unreadable = Some(e);
+                        break;
+                    }
+                }
+            }
+            // Decodes the chunk's lists until one fails (its error).
+            let decode = |bytes: &mut Vec<u8>, byte_ends: &mut Vec<usize>| -> Option<Error> {
+                bytes.clear();
+                byte_ends.clear();
+                let mut start = 0;
+                for &end in &id_ends {
+                    if let Err(e) = vocab.decode_into(&ids[start..end], bytes) {
+                        return Some(e);
+                    }
+                    byte_ends.push(bytes.len());
+                    start = end;
+                }
+                None
+            };
+            let failed = if ids.len() < DECODE_WINDOW && held_since.elapsed() < GIL_HOLD {
+                decode(&mut bytes, &mut byte_ends)
+            } else {
+                let failed = py.detach(|| decode(&mut bytes, &mut byte_ends));
+                // (from when this thread has the GIL again: it may have waited for it)
+                held_since = std::time::Instant::now();
+                failed
+            };
+            let mut start = 0;
+            for &end in &byte_ends {
+                made.push(make(&bytes[start..end])?);
+                start = end;
+            }
+            if let Some(e) = failed {
+                return Err(to_py_err(py, e));
+            }
+            if let Some(e) = unreadable {
+                return Err(e);
+            }
         }
         Ok(())
     };
@@ -576,6 +640,11 @@ impl Encoded {
 /// through it and 26 µs without, both with 25 µs of the since-removed core-count reads),
 /// more than a pool thread saves on a few KB.
 const SMALL_BATCH: usize = 4096;
+
+/// How long a decoding batch on the calling thread alone holds the GIL at most before it
+/// releases it once: CPython's default switch interval, after which a thread waiting for
+/// the GIL asks for it.
+const GIL_HOLD: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A decoding batch of fewer ids than this is decoded on the calling thread alone (10
 /// short lists, 126 ids: 6 µs on one thread, 25 µs through the pool; 100 lists, 1,137

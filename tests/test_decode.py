@@ -170,6 +170,50 @@ def test_decode_batch_on_the_pool_with_other_sequences_and_error_handlers(encs):
         tt.decode(ids, errors="tokenmill_test_star") for ids in batch]
 
 
+def test_other_threads_run_while_a_batch_of_short_lists_is_decoded_on_one_thread(cl100k):
+    """A long batch of short lists decoded on the calling thread alone lets a thread that
+    waits for the GIL run every few milliseconds, as Python code would: it releases the
+    GIL once it has held it for a switch interval. (Released list by list, the GIL went
+    to no one: each brief release restarts a waiting thread's timeout, and the releasing
+    thread takes the GIL back before the waiter wakes.) A spinning thread counts the times
+    it gets the GIL back after losing it; during a batch that kept the GIL it could get it
+    back only once, after the batch."""
+    import threading
+    import time
+
+    tm, tt = cl100k
+    distinct = [tt.encode(f"line {i}: some words, 12345") for i in range(500)]
+    lists = distinct * 600  # 300,000 lists of about 10 ids: tens of milliseconds
+    started = [float("inf")]
+    resumed = [0]
+    stop = threading.Event()
+
+    def spin():
+        last = time.perf_counter()
+        while not stop.is_set():
+            now = time.perf_counter()
+            if now - last > 0.0005 and last > started[0]:
+                resumed[0] += 1
+            last = now
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    spinner = threading.Thread(target=spin)
+    try:
+        spinner.start()
+        time.sleep(0.05)
+        started[0] = time.perf_counter()
+        got = tm.decode_batch(lists, num_threads=1)
+        seconds = time.perf_counter() - started[0]
+        resumed_during = resumed[0]
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        spinner.join()
+    assert got == [tt.decode(ids) for ids in distinct] * 600
+    assert resumed_during >= 3, f"the spinning thread got the GIL back {resumed_during} times in {seconds * 1000:.0f} ms"
+
+
 _REENTRANT_DECODE_SCRIPT = r"""
 import codecs, sys
 import tokenmill
