@@ -1,6 +1,7 @@
 //! The Python extension `tokenmill._core`: thin PyO3 wrappers over the engine. Every call
 //! that does real work releases the GIL (encoding a text shorter than `KEEP_GIL_BELOW`
-//! characters is not real work: releasing the GIL would cost a tenth of the call).
+//! characters is not real work: releasing the GIL would cost a tenth of the call; a
+//! decoding batch on one thread releases it after holding it for `GIL_HOLD`).
 //! Engine errors become Python exceptions in exactly one place, [`to_py_err`].
 
 use std::borrow::Cow;
