@@ -526,6 +526,9 @@ def test_decode_reads_integer_arrays_in_place_with_tiktokens_results(encs, tmp_p
                 assert_same_outcome(lambda: tm.decode(arr, errors=errors), lambda: tt.decode(ids, errors=errors),
                                     context=f"decode({ctx}, errors={errors!r})")
             assert tm.decode_batch([arr, ids, arr[:0]], num_threads=2) == tt.decode_batch([ids, ids, []])
+            assert tm.decode_tokens_bytes(arr) == tt.decode_tokens_bytes(ids), ctx
+            assert_same_outcome(lambda: tm.decode_with_offsets(arr), lambda: tt.decode_with_offsets(ids),
+                                context=f"decode_with_offsets({ctx})")
     # Pooled batches of arrays (over 4,096 ids in all) give the same results as of lists.
     batch = _long_lists(tt)
     arrays = [np.array(ids, dtype=np.uint32 if k % 2 else np.int64) for k, ids in enumerate(batch)]

@@ -314,8 +314,10 @@ class Encoding:
         >>> enc.decode_tokens_bytes([15339, 1917])
         [b'hello', b' world']
         """
-        if not isinstance(tokens, (list, tuple)):
-            tokens = list(tokens)  # tiktoken accepts any iterable here
+        if not isinstance(tokens, (list, tuple, memoryview)) and not hasattr(tokens, "__array_interface__"):
+            # tiktoken accepts any iterable here; lists, tuples and arrays (numpy's, read in
+            # place; an array that holds no ids fails as tiktoken's loop would) go as they are
+            tokens = list(tokens)
         return self._core_bpe.decode_tokens_bytes(tokens)
 
     def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:
