@@ -463,6 +463,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             // Decodes the chunk's lists until one fails (its error).
             let decode = |bytes: &mut Vec<u8>, byte_ends: &mut Vec<usize>| -> Option<Error> {
                 bytes.clear();
+                bytes.reserve(ids.len() * 4); // (as `Vocab::decode` sizes its output)
                 byte_ends.clear();
                 let mut start = 0;
                 for &end in &id_ends {
