@@ -387,6 +387,81 @@ impl<T: Send> Handover<T> {
     }
 }
 
+/// Decodes `lists` on this thread alone (a decoding batch on one thread, a small one, or
+/// what follows a list its pool threads cannot read) and makes each one's bytes into an
+/// object with `make`, appended to `made`, in order.
+///
+/// In chunks of about [`RUN_IDS`] ids: a chunk's lists are read (their ids copied back to
+/// back), decoded into one buffer, then made. A chunk is decoded with the GIL released
+/// when it holds [`DECODE_WINDOW`] ids or more (a long list), or when the GIL has been
+/// held for [`GIL_HOLD`]: a thread waiting for the GIL asks for it only after a switch
+/// interval without any release, and gets it at the next release. (Released at every
+/// chunk, or list by list as before, the GIL was released too often and too briefly:
+/// each release restarts the waiting thread's timeout, and this thread takes the GIL back
+/// before the waiter wakes.) Errors come in the lists' order: a list that cannot be read
+/// raises once the lists before it are made.
+fn decode_on_this_thread<O>(py: Python<'_>, enc: &Encoder, lists: &[Bound<'_, PyAny>], made: &mut Vec<O>, make: &mut dyn FnMut(&[u8]) -> PyResult<O>) -> PyResult<()> {
+    let vocab = enc.vocab();
+    // The chunk's ids back to back and where each list ends; the same for its bytes.
+    let (mut ids, mut id_ends, mut bytes, mut byte_ends) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut lists = lists.iter();
+    let mut held_since = std::time::Instant::now();
+    loop {
+        ids.clear();
+        id_ends.clear();
+        let mut unreadable = None;
+        while ids.len() + LIST_COST * id_ends.len() < RUN_IDS {
+            let Some(list) = lists.next() else { break };
+            match ids_from("batch", list) {
+                Ok(list) if ids.is_empty() && list.len() >= RUN_IDS => ids = list, // (not copied)
+                Ok(list) => ids.extend_from_slice(&list),
+                Err(e) => {
+                    unreadable = Some(e);
+                    break;
+                }
+            }
+            id_ends.push(ids.len());
+        }
+        if id_ends.is_empty() && unreadable.is_none() {
+            return Ok(());
+        }
+        // Decodes the chunk's lists until one fails (its error).
+        let decode = |bytes: &mut Vec<u8>, byte_ends: &mut Vec<usize>| -> Option<Error> {
+            bytes.clear();
+            bytes.reserve(ids.len() * 4); // (as `Vocab::decode` sizes its output)
+            byte_ends.clear();
+            let mut start = 0;
+            for &end in &id_ends {
+                if let Err(e) = vocab.decode_into(&ids[start..end], bytes) {
+                    return Some(e);
+                }
+                byte_ends.push(bytes.len());
+                start = end;
+            }
+            None
+        };
+        let failed = if ids.len() < DECODE_WINDOW && held_since.elapsed() < GIL_HOLD {
+            decode(&mut bytes, &mut byte_ends)
+        } else {
+            let failed = py.detach(|| decode(&mut bytes, &mut byte_ends));
+            // (from when this thread has the GIL again: it may have waited for it)
+            held_since = std::time::Instant::now();
+            failed
+        };
+        let mut start = 0;
+        for &end in &byte_ends {
+            made.push(make(&bytes[start..end])?);
+            start = end;
+        }
+        if let Some(e) = failed {
+            return Err(to_py_err(py, e));
+        }
+        if let Some(e) = unreadable {
+            return Err(e);
+        }
+    }
+}
+
 /// Decodes every list of ids in `batch` and makes each one's bytes into a Python object
 /// with `make`, in order. The first list that fails, whether it is no list of ids, holds
 /// an id that is no token, or cannot be made (a `str` of invalid UTF-8 under
@@ -423,83 +498,9 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             ids < SMALL_DECODE_BATCH
         })
     };
-    // The lists from `from` on, here alone, in chunks of about RUN_IDS ids: a chunk's
-    // lists are read (their ids copied back to back), decoded into one buffer, then made.
-    // A chunk is decoded with the GIL released when it holds DECODE_WINDOW ids or more (a
-    // long list), or when the GIL has been held for GIL_HOLD: a thread waiting for the GIL
-    // asks for it only after a switch interval without any release, and gets it at the
-    // next release. (Released at every chunk, or list by list as before, the GIL was
-    // released too often and too briefly: each release restarts the waiting thread's
-    // timeout, and this thread takes the GIL back before the waiter wakes.) Errors come
-    // in the lists' order: a list that cannot be read raises once the lists before it
-    // are made.
-    let on_this_thread = |from: usize, made: &mut Vec<O>, make: &mut dyn FnMut(&[u8]) -> PyResult<O>| -> PyResult<()> {
-        let vocab = enc.vocab();
-        // The chunk's ids back to back and where each list ends; the same for its bytes.
-        let (mut ids, mut id_ends, mut bytes, mut byte_ends) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut next = from;
-        let mut held_since = std::time::Instant::now();
-        while next < n {
-            ids.clear();
-            id_ends.clear();
-            let mut unreadable = None;
-            while next < n && ids.len() + 16 * id_ends.len() < RUN_IDS {
-                match ids_from("batch", &batch[next]) {
-                    Ok(list) => {
-                        if ids.is_empty() && list.len() >= RUN_IDS {
-                            ids = list; // (a long list is not copied)
-                        } else {
-                            ids.extend_from_slice(&list);
-                        }
-                        id_ends.push(ids.len());
-                        next += 1;
-                    }
-                    Err(e) => {
-                        unreadable = Some(e);
-                        break;
-                    }
-                }
-            }
-            // Decodes the chunk's lists until one fails (its error).
-            let decode = |bytes: &mut Vec<u8>, byte_ends: &mut Vec<usize>| -> Option<Error> {
-                bytes.clear();
-                bytes.reserve(ids.len() * 4); // (as `Vocab::decode` sizes its output)
-                byte_ends.clear();
-                let mut start = 0;
-                for &end in &id_ends {
-                    if let Err(e) = vocab.decode_into(&ids[start..end], bytes) {
-                        return Some(e);
-                    }
-                    byte_ends.push(bytes.len());
-                    start = end;
-                }
-                None
-            };
-            let failed = if ids.len() < DECODE_WINDOW && held_since.elapsed() < GIL_HOLD {
-                decode(&mut bytes, &mut byte_ends)
-            } else {
-                let failed = py.detach(|| decode(&mut bytes, &mut byte_ends));
-                // (from when this thread has the GIL again: it may have waited for it)
-                held_since = std::time::Instant::now();
-                failed
-            };
-            let mut start = 0;
-            for &end in &byte_ends {
-                made.push(make(&bytes[start..end])?);
-                start = end;
-            }
-            if let Some(e) = failed {
-                return Err(to_py_err(py, e));
-            }
-            if let Some(e) = unreadable {
-                return Err(e);
-            }
-        }
-        Ok(())
-    };
     if threads <= 1 || !make_runs_no_python || small() {
         let mut made = Vec::with_capacity(n);
-        on_this_thread(0, &mut made, &mut make)?;
+        decode_on_this_thread(py, enc, batch, &mut made, &mut make)?;
         return Ok(made);
     }
     let feed = batch::Feed::<Vec<Rank>>::new(n);
@@ -511,7 +512,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             match feed.take() {
                 batch::Taken::Item(i, ids) => {
                     into.push((i, enc.decode_bytes(&ids)));
-                    done += ids.len() + 16;
+                    done += ids.len() + LIST_COST;
                 }
                 batch::Taken::NotYet => return true,
                 batch::Taken::Done => return false,
@@ -544,7 +545,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
     let mut lens = Vec::with_capacity(n);
     let mut made = Vec::with_capacity(n);
     let this_thread = || -> PyResult<()> {
-        // Ids read ahead of the objects made, counting each list 16 ids more than it holds.
+        // Ids read ahead of the objects made (each list counted LIST_COST ids more).
         let mut ahead = 0;
         let mut end = n;
         loop {
@@ -558,13 +559,13 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             if made.len() >= end {
                 // The pool threads have handed out every list they took: the rest (from
                 // a list that cannot be read in place) is this thread's.
-                return on_this_thread(end, &mut made, &mut make);
+                return decode_on_this_thread(py, enc, &batch[end..], &mut made, &mut make);
             }
             if lens.len() < end && ahead < DECODE_WINDOW {
                 match ids_in_place(&batch[lens.len()]) {
                     Some(ids) => {
-                        ahead += ids.len() + 16;
-                        lens.push(ids.len() + 16);
+                        ahead += ids.len() + LIST_COST;
+                        lens.push(ids.len() + LIST_COST);
                         feed.push(ids);
                     }
                     None => {
@@ -654,8 +655,12 @@ const GIL_HOLD: std::time::Duration = std::time::Duration::from_millis(5);
 const SMALL_DECODE_BATCH: usize = 4096;
 
 /// A decoding batch reads lists of ids at most this many ids ahead of the objects it has
-/// made (each list counted 16 ids more than it holds).
+/// made (each list counted [`LIST_COST`] ids more than it holds).
 const DECODE_WINDOW: usize = 1 << 16;
+
+/// In a decoding batch's counts of ids (runs, chunks, the read-ahead window), a list
+/// counts this many ids more than it holds: an empty one is work too.
+const LIST_COST: usize = 16;
 
 /// A run of encoded texts is handed over once it holds this many ids or texts.
 const RUN_IDS: usize = 1 << 14;
