@@ -44,12 +44,10 @@ pub(crate) fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>>
 /// of a type [`note_array_types`] has found, when every id fits a token id; `None` for
 /// anything else. Runs no Python code.
 pub(crate) fn ids_in_place(obj: &Bound<'_, PyAny>) -> Option<Vec<Rank>> {
-    if is_list_or_tuple(obj) {
-        ids_of_ints(obj)
-    } else if exports_buffer_in_c(obj) {
+    if exports_buffer_in_c(obj) {
         ids_of_buffer(obj)
     } else {
-        None
+        ids_of_ints(obj)
     }
 }
 
@@ -58,8 +56,9 @@ fn is_list_or_tuple(obj: &Bound<'_, PyAny>) -> bool {
     unsafe { ffi::PyList_CheckExact(obj.as_ptr()) != 0 || ffi::PyTuple_CheckExact(obj.as_ptr()) != 0 }
 }
 
-/// See [`ids_in_place`]: an exact list or tuple. PyO3's extraction iterates and converts
-/// each item through generic protocols, which took about half of `decode_bytes`' time.
+/// See [`ids_in_place`]: an exact list or tuple (`None` for anything else). PyO3's
+/// extraction iterates and converts each item through generic protocols, which took about
+/// half of `decode_bytes`' time.
 fn ids_of_ints(obj: &Bound<'_, PyAny>) -> Option<Vec<Rank>> {
     let p = obj.as_ptr();
     // SAFETY: the object is an exact list or tuple (checked first), read under the GIL by
