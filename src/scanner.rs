@@ -475,15 +475,16 @@ impl Scanner {
     }
 }
 
-/// The pieces of a text (see [`Scanner::spans`]). The cl100k family and o200k take whole
-/// windows of ASCII text and two-byte letters at a time (`bitwise_split.rs`), and one
-/// piece at a time elsewhere (other non-ASCII text, the last 64 bytes, runs longer than a
-/// window); r50k one piece at a time.
 /// What pads the copy of a text's last bytes that a window reads: no UTF-8 byte, so no
 /// character a window classifies (it ends the window's prefix as a character of three
 /// bytes or more would).
 const TAIL_PAD: u8 = 0xFF;
 
+/// The pieces of a text (see [`Scanner::spans`]). The cl100k family and o200k take whole
+/// windows of ASCII text and two-byte letters at a time (`bitwise_split.rs`; a text's last
+/// 16-63 bytes from a copy padded with [`TAIL_PAD`]), and one piece at a time elsewhere
+/// (other non-ASCII text, fewer than 16 bytes left, runs longer than a window); r50k one
+/// piece at a time.
 pub struct Spans<'s, 't> {
     scanner: &'s Scanner,
     b: &'t [u8],
