@@ -10,6 +10,9 @@ process (its object built there, as in ``encode_compare.py``), one call per docu
 * ``decode_batch``: all documents in one call, on the usable cores, for tokenmill and
   tiktoken.
 
+``--lines`` gives one list per non-empty line of the documents instead (many short lists,
+as in ``batch_short_texts.py``; the counts of MB/s are the lines' bytes), and
+``--batch-threads N`` sets ``decode_batch``'s threads (default: the usable cores).
 ``--ids-as numpy`` hands them over as numpy ``uint32`` arrays instead (what
 ``encode_to_numpy`` returns, and how token shards are usually kept; made before the
 timed pass). A library that refuses arrays shows ``-``.
@@ -20,7 +23,7 @@ Each figure is the best of ``--repeat`` fresh processes, run in rounds.
 
 Usage:
     python benches/decode_compare.py [--mb 20] [--encodings cl100k_base o200k_base] [--repeat 3] [--libs ...]
-                                     [--ids-as list|numpy]
+                                     [--ids-as list|numpy] [--lines] [--batch-threads N]
 """
 
 from __future__ import annotations
@@ -44,10 +47,9 @@ from machine_info import header_lines
 MODES = ("decode", "decode_bytes", "decode_batch")
 
 
-def _decoders(lib: str, obj: object) -> Dict[str, Callable]:
+def _decoders(lib: str, obj: object, threads: int) -> Dict[str, Callable]:
     """Each mode's call for ``lib`` (built by ``encode_compare._build``), where it has one."""
     if lib in ("tokenmill", "tiktoken"):
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return {
             "decode": obj.decode,
             "decode_bytes": obj.decode_bytes,
@@ -64,7 +66,7 @@ def _decoders(lib: str, obj: object) -> Dict[str, Callable]:
 def worker(spec: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:
         _, obj, _ = _build(spec["lib"], spec["encoding"], spec, tmp)
-        call = _decoders(spec["lib"], obj).get(spec["mode"])
+        call = _decoders(spec["lib"], obj, spec["threads"]).get(spec["mode"])
         if call is None:
             Path(spec["out"]).write_text(json.dumps(None))
             return
@@ -93,6 +95,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure; the best is kept")
     ap.add_argument("--ids-as", choices=("list", "numpy"), default="list",
                     help="give the ids as lists of ints (default) or as numpy uint32 arrays")
+    ap.add_argument("--lines", action="store_true",
+                    help="one list of ids per non-empty line of the documents (many short lists) instead of per document")
+    ap.add_argument("--batch-threads", type=int, default=0,
+                    help="num_threads of decode_batch (default: the usable cores)")
     args = parse_or_work(ap, worker)
     if args is None:
         return 0
@@ -104,6 +110,10 @@ def main() -> int:
     print("\n".join(header_lines([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
     (docs,), _ = build_slices([int(args.mb * 1e6)])
     texts = [text for _, _, text in docs]
+    if args.lines:
+        texts = [line for text in texts for line in text.split("\n") if line.strip()]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = args.batch_threads or cores
     with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:
         for name in args.encodings:
             vocab_file = cache_path_for(BLOB_URL.format(name=name))
@@ -114,14 +124,14 @@ def main() -> int:
             path = os.path.join(tmp, f"{name}.json")
             Path(path).write_text(json.dumps(ids))
             nbytes = sum(len(t.encode("utf-8")) for t in texts)
-            print(f"== {name}: {len(texts):,} documents, {sum(map(len, ids)):,} ids as {args.ids_as}, "
-                  f"{nbytes / 1e6:.2f} MB of text ==")
+            print(f"== {name}: {len(texts):,} {'lines' if args.lines else 'documents'}, {sum(map(len, ids)):,} ids "
+                  f"as {args.ids_as}, {nbytes / 1e6:.2f} MB of text; decode_batch on {threads} threads ==")
             best: Dict[Tuple[str, str], dict] = {}
             for _ in range(args.repeat):
                 for lib in libs:
                     for mode in MODES:
                         spec = {"lib": lib, "encoding": name, "mode": mode, "ids": path, "vocab_file": vocab_file,
-                                "ids_as": args.ids_as}
+                                "ids_as": args.ids_as, "threads": threads}
                         res = run_fresh(__file__, spec, tmp)
                         if res and ((lib, mode) not in best or res["seconds"] < best[(lib, mode)]["seconds"]):
                             best[(lib, mode)] = res
