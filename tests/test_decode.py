@@ -565,6 +565,13 @@ def test_decode_of_arrays_that_are_not_plain_ids_fails_or_works_as_tiktoken(encs
             if info.min <= bad <= info.max:
                 cases[f"{np.dtype(dtype).name} with {bad}"] = np.array(good + [bad] + good, dtype=dtype)
     cases["int8 with -1"] = np.array([1, 2, -1], dtype=np.int8)
+    import array
+
+    cases["array.array of doubles"] = array.array("d", good)
+    cases["array.array of floats"] = array.array("f", good[:3])
+    cases["array.array with -1"] = array.array("q", good + [-1])
+    cases["array.array with an unknown id"] = array.array("Q", good + [unknown[0]])
+    cases["array.array of bytes"] = array.array("B", [i for i in good if i < 256])
     for name, arr in cases.items():
         for fn in ("decode", "decode_bytes", "decode_tokens_bytes"):
             assert_same_outcome(lambda: getattr(tm, fn)(arr), lambda: getattr(tt, fn)(arr), context=f"{fn}({name})")

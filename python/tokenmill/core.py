@@ -8,6 +8,7 @@ the attributes tiktoken users reach for (``_pat_str``, ``_mergeable_ranks``,
 
 from __future__ import annotations
 
+import array
 import functools
 from typing import TYPE_CHECKING, AbstractSet, Collection, Literal, Sequence, Union
 
@@ -314,9 +315,10 @@ class Encoding:
         >>> enc.decode_tokens_bytes([15339, 1917])
         [b'hello', b' world']
         """
-        if not isinstance(tokens, (list, tuple, memoryview)) and not hasattr(tokens, "__array_interface__"):
-            # tiktoken accepts any iterable here; lists, tuples and arrays (numpy's, read in
-            # place; an array that holds no ids fails as tiktoken's loop would) go as they are
+        if not isinstance(tokens, (list, tuple, memoryview, array.array)) and not hasattr(tokens, "__array_interface__"):
+            # tiktoken accepts any iterable here; lists, tuples and arrays (numpy's and the
+            # standard library's, read in place; an array that holds no ids fails as
+            # tiktoken's loop would) go as they are
             tokens = list(tokens)
         return self._core_bpe.decode_tokens_bytes(tokens)
 
