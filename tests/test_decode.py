@@ -496,7 +496,8 @@ def _ids_fitting(tt, dtype):
 
 def _arrays_of(ids, dtype, tmp_path):
     """The same ids in every array layout decoding reads in place: contiguous, strided,
-    running backwards through memory (a negative stride), a numpy.memmap, an array.array and a memoryview."""
+    running backwards through memory (a negative stride), unaligned, a numpy.memmap, an
+    array.array and a memoryview."""
     import array
 
     a = np.array(ids, dtype=dtype)
@@ -506,6 +507,10 @@ def _arrays_of(ids, dtype, tmp_path):
     mm = np.memmap(path, dtype=dtype, mode="r", shape=a.shape) if len(ids) else a
     out = {"contiguous": a, "strided": doubled[::2], "backwards": a[::-1].copy()[::-1],
            "memmap": mm, "memoryview": memoryview(a)}
+    if a.itemsize > 1:
+        # items at odd addresses (a view one byte into a buffer)
+        out["unaligned"] = np.frombuffer(b"\0" + a.tobytes(), dtype=dtype, offset=1)
+        assert len(ids) == 0 or not out["unaligned"].flags.aligned
     code = np.dtype(dtype).char
     if code in "bBhHiIlLqQ":
         out["array.array"] = array.array(code, ids)
