@@ -24,6 +24,10 @@ pub struct Encoder {
     pattern: String,
 }
 
+/// How many pieces ahead of the one being encoded the scanner runs, so that their
+/// first-level slots can be prefetched (see [`Encoder::encode_pieces`]).
+const PREFETCH_AHEAD: usize = 16;
+
 impl Encoder {
     pub fn new(
         ranks: FxHashMap<Vec<u8>, Rank>,
@@ -63,16 +67,49 @@ impl Encoder {
         // The scanner's spans come as an iterator looped over here, so that the per-piece
         // work is inlined into this loop (through a closure it stayed a call per piece once
         // the bit-parallel windows joined the scanner's loop).
+        //
+        // The scanner runs PREFETCH_AHEAD pieces ahead of the encoding. Each span it finds
+        // goes into a ring with its first-level key (0 for a piece that gets no key here:
+        // one longer than INLINE_MAX, or within 16 bytes of the text's end), and the
+        // processor is asked to bring that key's slot into its caches; the piece is
+        // encoded when it leaves the ring. Most pieces are answered by that one probe, and
+        // the first level (2 MiB) is larger than a core's L2 cache, so before this each
+        // probe waited for memory in turn. Rust harness, 16 alternating pairs each: the
+        // warm pass 1.09x (cl100k) and 1.06x (o200k), the short slice 1.11x and 1.06x. The
+        // same ring written as an iterator adapter measured 1.0x: the loop must stay flat.
         if let Splitter::Scan(scanner) = &self.splitter {
             let b = text.as_bytes();
-            for (start, end) in scanner.spans(text) {
-                last = match b.get(start..start + 16) {
-                    // Where the text goes on for 16 bytes, a short piece's key is one load
-                    // and a mask, with no branch on its length.
-                    Some(window) if end - start <= INLINE_MAX => {
-                        self.encode_short(&b[start..end], window_key(window.try_into().unwrap(), end - start), out, scratch, cache)?
-                    }
-                    _ => self.encode_piece(&b[start..end], out, scratch, cache)?,
+            let prefetching = cache.usage.probing();
+            let mut ring = [(0usize, 0usize, 0u128); PREFETCH_AHEAD];
+            let (mut taken, mut encoded) = (0usize, 0usize);
+            let mut spans = scanner.spans(text);
+            loop {
+                while taken - encoded < PREFETCH_AHEAD {
+                    let Some((start, end)) = spans.next() else { break };
+                    let key = match b.get(start..start + 16) {
+                        // Where the text goes on for 16 bytes, a short piece's key is one
+                        // load and a mask, with no branch on its length.
+                        Some(window) if end - start <= INLINE_MAX => {
+                            let key = window_key(window.try_into().unwrap(), end - start);
+                            if prefetching {
+                                self.pieces.prefetch(key);
+                            }
+                            key
+                        }
+                        _ => 0,
+                    };
+                    ring[taken % PREFETCH_AHEAD] = (start, end, key);
+                    taken += 1;
+                }
+                if encoded == taken {
+                    break;
+                }
+                let (start, end, key) = ring[encoded % PREFETCH_AHEAD];
+                encoded += 1;
+                last = if key != 0 {
+                    self.encode_short(&b[start..end], key, out, scratch, cache)?
+                } else {
+                    self.encode_piece(&b[start..end], out, scratch, cache)?
                 };
                 spill.after_piece(out);
             }

@@ -78,6 +78,19 @@ impl SharedPieces {
         &self.slots[Self::index(key)]
     }
 
+    /// Asks the processor to bring the slot of `key` into its caches (a hint only).
+    #[inline(always)]
+    pub fn prefetch(&self, key: u128) {
+        let p = self.slot(key) as *const SharedSlot as *const i8;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it never faults or changes memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
     /// `key`, padded with `Rank::MAX`, and how many there are.
     #[inline(always)]
