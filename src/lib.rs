@@ -17,6 +17,7 @@ pub mod char_classes;
 pub mod encoder;
 pub mod error;
 pub mod piece_cache;
+pub mod prefetch;
 pub mod pretokenize;
 pub mod scanner;
 pub mod span_counts;

@@ -28,6 +28,7 @@ use std::hash::Hasher;
 use rustc_hash::FxHasher;
 
 use crate::error::Rank;
+use crate::prefetch::prefetch;
 
 /// Slots of the shared first level (a power of two). 2^16 slots of 32 bytes: once every
 /// short piece went through this table, 1.04-1.06x the speed of 2^14 slots on the long
@@ -81,14 +82,7 @@ impl SharedPieces {
     /// Asks the processor to bring the slot of `key` into its caches (a hint only).
     #[inline(always)]
     pub fn prefetch(&self, key: u128) {
-        let p = self.slot(key) as *const SharedSlot as *const i8;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint: it never faults or changes memory.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        prefetch(self.slot(key));
     }
 
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)

@@ -22,6 +22,7 @@ use pyo3::prelude::*;
 
 use crate::encoder::Encoder;
 use crate::error::Rank;
+use crate::prefetch::prefetch;
 
 /// The shared ints, by id. The table never drops an int it holds (it lives as long as the
 /// process), which is what lets permanent ints go uncounted.
@@ -139,12 +140,12 @@ pub unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usiz
     for i in 0..n {
         if i + SLOT_AHEAD < n {
             if let Some(slot) = ints.get(id(i + SLOT_AHEAD) as usize) {
-                prefetch(slot as *const Option<Py<PyAny>> as *const u8);
+                prefetch(slot);
             }
         }
         if !PERMANENT && i + INT_AHEAD < n {
             if let Some(Some(obj)) = ints.get(id(i + INT_AHEAD) as usize) {
-                prefetch(obj.as_ptr() as *const u8);
+                prefetch(obj.as_ptr());
             }
         }
         let t = id(i);
@@ -172,18 +173,4 @@ pub unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usiz
         *items.add(i) = obj;
     }
     Ok(())
-}
-
-/// Asks the CPU to bring the cache line at `p` closer; no effect on what the program
-/// computes (a no-op on other architectures).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
-    // address, and every x86_64 CPU has SSE.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Rank, Result};
+use crate::prefetch::prefetch;
 use crate::three_byte_tokens::ThreeByteTokens;
 use crate::token_table::{ShortTokens, TokenFilter};
 
@@ -104,6 +105,9 @@ const KEY_MASKS: [u128; 16] = {
     }
     masks
 };
+
+/// How many ids ahead of the one being decoded [`Vocab::decode_into`] prefetches.
+const DECODE_AHEAD: usize = 16;
 
 impl Vocab {
     /// Builds a vocabulary. Two mergeable byte strings with one id are rejected (decoding
@@ -274,8 +278,19 @@ impl Vocab {
     }
 
     /// Appends the bytes of `tokens` to `out`; fails on the first unknown id.
+    ///
+    /// The entry of the id [`DECODE_AHEAD`] places on is prefetched: ids land all over a
+    /// table of 8 bytes an id (1.6 MB for o200k_base), larger than a core's L2 cache.
+    /// From Python, a call per document of the 20 MB stream's ids, 10 alternating fresh
+    /// processes each: `decode_bytes` 1.04x (cl100k) and 1.06x (o200k), `decode` 1.03x and
+    /// 1.10x.
     pub fn decode_into(&self, tokens: &[Rank], out: &mut Vec<u8>) -> Result<()> {
-        for &t in tokens {
+        for (i, &t) in tokens.iter().enumerate() {
+            if let Some(&ahead) = tokens.get(i + DECODE_AHEAD) {
+                if let Some(span) = self.decode_spans.get(ahead as usize) {
+                    prefetch(span);
+                }
+            }
             let (start, len) = self.decode_span(t).ok_or(Error::UnknownTokenId(t))?;
             if len > DECODE_PAD {
                 out.extend_from_slice(&self.decode_bytes[start..start + len]);
