@@ -496,6 +496,12 @@ pub struct Spans<'s, 't> {
 }
 
 impl Spans<'_, '_> {
+    /// Whether every piece has been handed out.
+    #[inline(always)]
+    pub fn is_done(&self) -> bool {
+        self.i >= self.b.len()
+    }
+
     /// The end of the next piece, from a new window of the text at the next piece's start
     /// when `starts` finds whole pieces in it (`None` otherwise). A window is not tried
     /// when a character of three or four bytes, which ends it, comes within its first

@@ -85,3 +85,20 @@ def test_text_whose_pieces_never_repeat_then_real_text(get_pair, name: str) -> N
     for text in texts:
         assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
     assert tm.encode_ordinary_batch(texts * 3, num_threads=2) == tt.encode_ordinary_batch(texts * 3)
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_text_whose_pieces_stop_and_start_repeating_matches_tiktoken(get_pair, name: str) -> None:
+    # Real text (the piece caches answer, and the encoder looks pieces up ahead of
+    # encoding them), then random text without whitespace long enough for the caches to
+    # be skipped partway through a call (the pieces found ahead are then encoded without
+    # the caches), then real text again: in one call, and in calls of every part.
+    tm, tt = get_pair(name)
+    rng = random.Random(11)
+    words = "the quick brown fox jumps over the lazy dog while tokens repeat again and again".split()
+    real = " ".join(rng.choice(words) for _ in range(20_000))
+    noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ.,;:!?-()[]") for _ in range(120_000))
+    for text in (real + noise + real, noise + real + noise, real[:5_000] + noise[:9_000]):
+        assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
+        parts = (real, noise, real)
+        assert [tm.encode_ordinary(p) for p in parts] == [tt.encode_ordinary(p) for p in parts]
