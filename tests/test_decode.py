@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import subprocess
 import sys
 
@@ -498,8 +499,6 @@ def _arrays_of(ids, dtype, tmp_path):
     """The same ids in every array layout decoding reads in place: contiguous, strided,
     running backwards through memory (a negative stride), unaligned, a numpy.memmap, an
     array.array and a memoryview."""
-    import array
-
     a = np.array(ids, dtype=dtype)
     doubled = np.repeat(a, 2)
     path = tmp_path / f"ids_{np.dtype(dtype).name}.bin"
@@ -570,8 +569,6 @@ def test_decode_of_arrays_that_are_not_plain_ids_fails_or_works_as_tiktoken(encs
             if info.min <= bad <= info.max:
                 cases[f"{np.dtype(dtype).name} with {bad}"] = np.array(good + [bad] + good, dtype=dtype)
     cases["int8 with -1"] = np.array([1, 2, -1], dtype=np.int8)
-    import array
-
     cases["array.array of doubles"] = array.array("d", good)
     cases["array.array of floats"] = array.array("f", good[:3])
     cases["array.array with -1"] = array.array("q", good + [-1])

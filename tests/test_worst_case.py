@@ -100,5 +100,5 @@ def test_text_whose_pieces_stop_and_start_repeating_matches_tiktoken(get_pair, n
     noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ.,;:!?-()[]") for _ in range(120_000))
     for text in (real + noise + real, noise + real + noise, real[:5_000] + noise[:9_000]):
         assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
-        parts = (real, noise, real)
-        assert [tm.encode_ordinary(p) for p in parts] == [tt.encode_ordinary(p) for p in parts]
+    parts = (real, noise, real)
+    assert [tm.encode_ordinary(p) for p in parts] == [tt.encode_ordinary(p) for p in parts]
