@@ -222,14 +222,8 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         keys[k] = (vocab.pair_rank(piece[k], piece[k + 1]) as u64) << 32 | k as u64;
     }
     let mut parts = n;
-    // The key of merging part k with the next one, when `parts` parts are left.
-    let key = |end: &[u8; N], parts: usize, k: usize| -> u64 {
-        let next = end[k] as usize;
-        if next >= n || (parts == 2 && not_a_token) {
-            return GONE;
-        }
-        (rank_of(vocab, &piece[k..end[next] as usize]) as u64) << 32 | k as u64
-    };
+    // The key of merging the part at `k` with the next one, which ends at `e`.
+    let key = |k: usize, e: usize| -> u64 { (rank_of(vocab, &piece[k..e]) as u64) << 32 | k as u64 };
     loop {
         let lowest = lowest_key(&keys);
         let best = (lowest >> 32) as Rank;
@@ -242,18 +236,20 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         end[at] = end[right];
         keys[right] = GONE;
         parts -= 1;
-        if parts == 1 {
+        // Two parts left of a piece that is no token: their concatenation is the piece, so
+        // nothing more merges.
+        if parts == 1 || (parts == 2 && not_a_token) {
             break;
         }
         let after = end[at] as usize;
-        if after < n {
-            prev[after] = at as u8;
-        }
+        // (When no part follows, this writes a place no part reads: `prev[0]`, or one
+        // past the piece.)
+        prev[after & (N - 1)] = at as u8;
         if at > 0 {
             let p = prev[at] as usize;
-            keys[p] = key(&end, parts, p);
+            keys[p] = key(p, after);
         }
-        keys[at] = key(&end, parts, at);
+        keys[at] = if after < n { key(at, end[after] as usize) } else { GONE };
     }
     // Every part is a token whose id is already known (merged parts took the rank of
     // their merge); only a byte the vocabulary lacks has none.
