@@ -67,8 +67,10 @@ impl Default for SharedPieces {
 }
 
 impl SharedPieces {
+    /// The slot of `key`: the encoder finds it once per piece, when it prefetches the
+    /// slot, and probes with it later ([`SharedPieces::get_at`]).
     #[inline(always)]
-    fn index(key: u128) -> usize {
+    pub fn index(key: u128) -> usize {
         // Fibonacci hashing of the folded key.
         let h = ((key as u64) ^ ((key >> 64) as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (h >> (64 - SLOT_BITS)) as usize
@@ -79,17 +81,23 @@ impl SharedPieces {
         &self.slots[Self::index(key)]
     }
 
-    /// Asks the processor to bring the slot of `key` into its caches (a hint only).
+    /// Asks the processor to bring slot `i` into its caches (a hint only).
     #[inline(always)]
-    pub fn prefetch(&self, key: u128) {
-        prefetch(self.slot(key));
+    pub fn prefetch(&self, i: usize) {
+        prefetch(&self.slots[i]);
     }
 
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
     /// `key`, padded with `Rank::MAX`, and how many there are.
     #[inline(always)]
     pub fn get(&self, key: u128) -> Option<([Rank; MAX_TOKENS], usize)> {
-        let s = self.slot(key);
+        self.get_at(Self::index(key), key)
+    }
+
+    /// [`SharedPieces::get`] for a key whose slot is `i` (its [`SharedPieces::index`]).
+    #[inline(always)]
+    pub fn get_at(&self, i: usize, key: u128) -> Option<([Rank; MAX_TOKENS], usize)> {
+        let s = &self.slots[i];
         let before = s.version.load(Ordering::Acquire);
         let high = s.key[1].load(Ordering::Relaxed);
         if s.key[0].load(Ordering::Relaxed) != key as u64 || high & !COUNT_BITS != (key >> 64) as u64 {
