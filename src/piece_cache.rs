@@ -207,6 +207,13 @@ impl CacheUse {
         self.tally(counted as u32, counted as u32);
     }
 
+    /// Counts `n` pieces of more than three bytes found in the first level, counted by the
+    /// caller as it went (see [`CacheUse::count_hit`]).
+    #[inline(always)]
+    pub fn count_hits(&mut self, n: u32) {
+        self.tally(n, n);
+    }
+
     /// Counts a piece that went through the caches, found there or not.
     #[inline(always)]
     pub fn record(&mut self, hit: bool) {
