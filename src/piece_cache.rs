@@ -57,12 +57,15 @@ struct SharedSlot {
 
 /// The first level (see the module documentation).
 pub struct SharedPieces {
-    slots: Box<[SharedSlot]>,
+    /// A fixed-size array, indexed modulo its size: no bounds check, and no length to
+    /// load, on the hit path.
+    slots: Box<[SharedSlot; SLOTS]>,
 }
 
 impl Default for SharedPieces {
     fn default() -> Self {
-        Self { slots: (0..SLOTS).map(|_| SharedSlot::default()).collect() }
+        let slots: Box<[SharedSlot]> = (0..SLOTS).map(|_| SharedSlot::default()).collect();
+        Self { slots: slots.try_into().unwrap_or_else(|_| unreachable!("SLOTS slots were made")) }
     }
 }
 
@@ -78,13 +81,13 @@ impl SharedPieces {
 
     #[inline(always)]
     fn slot(&self, key: u128) -> &SharedSlot {
-        &self.slots[Self::index(key)]
+        &self.slots[Self::index(key) % SLOTS]
     }
 
     /// Asks the processor to bring slot `i` into its caches (a hint only).
     #[inline(always)]
     pub fn prefetch(&self, i: usize) {
-        prefetch(&self.slots[i]);
+        prefetch(&self.slots[i % SLOTS]);
     }
 
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
@@ -97,7 +100,7 @@ impl SharedPieces {
     /// [`SharedPieces::get`] for a key whose slot is `i` (its [`SharedPieces::index`]).
     #[inline(always)]
     pub fn get_at(&self, i: usize, key: u128) -> Option<([Rank; MAX_TOKENS], usize)> {
-        let s = &self.slots[i];
+        let s = &self.slots[i % SLOTS];
         let before = s.version.load(Ordering::Acquire);
         let high = s.key[1].load(Ordering::Relaxed);
         if s.key[0].load(Ordering::Relaxed) != key as u64 || high & !COUNT_BITS != (key >> 64) as u64 {
