@@ -132,7 +132,6 @@ impl Encoder {
                     let (start, end, key) = ring[encoded % PREFETCH_AHEAD];
                     let i = places[encoded % PREFETCH_AHEAD];
                     encoded += 1;
-                    let bytes = &b[start..end];
                     match (key != 0).then(|| self.pieces.get_at(i, key)).flatten() {
                         Some((tokens, count)) => {
                             // SAFETY: `ids` is `out`'s buffer, with room for ROOM ids past
@@ -142,13 +141,14 @@ impl Encoder {
                             debug_assert!(len + MAX_TOKENS <= reserved_to);
                             unsafe { ids.add(len).cast::<[Rank; MAX_TOKENS]>().write_unaligned(tokens) };
                             len += count;
-                            hits += (bytes.len() > 3) as u32;
+                            hits += (end - start > 3) as u32;
                             last = count;
                         }
                         None => {
                             // SAFETY: the ids below `len` are written.
                             unsafe { out.set_len(len) };
                             cache.usage.count_hits(std::mem::take(&mut hits));
+                            let bytes = &b[start..end];
                             last = if key != 0 {
                                 self.encode_short_missed(bytes, key, out, scratch, cache)?
                             } else {
