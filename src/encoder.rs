@@ -571,7 +571,8 @@ impl Encoder {
     }
 }
 
-/// What the encoding loop does with its output after each piece: [`Keep`] leaves it all
+/// What the encoding loop does with its output between pieces (after each piece, or in
+/// the lookahead ring after each block of pieces and each miss): [`Keep`] leaves it all
 /// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered.
 trait Spill {
     fn after_piece(&mut self, out: &mut Vec<Rank>);
