@@ -112,8 +112,12 @@ impl Encoder {
                 // A hit writes its slot's MAX_TOKENS places at `len` and advances it by its
                 // count.
                 const ROOM: usize = MAX_TOKENS * PREFETCH_AHEAD;
-                out.reserve(ROOM);
-                let (mut ids, mut len) = (out.as_mut_ptr(), out.len());
+                // `out`'s buffer and length, after making room for ROOM more ids.
+                let room = |out: &mut Vec<Rank>| {
+                    out.reserve(ROOM);
+                    (out.as_mut_ptr(), out.len())
+                };
+                let (mut ids, mut len) = room(out);
                 // (Where the room reserved last ends: checked in debug builds only.)
                 let mut reserved_to = len + ROOM;
                 loop {
@@ -155,8 +159,7 @@ impl Encoder {
                                 self.encode_piece(bytes, out, scratch, cache)?
                             };
                             spill.after_piece(out);
-                            out.reserve(ROOM);
-                            (ids, len) = (out.as_mut_ptr(), out.len());
+                            (ids, len) = room(out);
                             reserved_to = len + ROOM;
                         }
                     }
@@ -164,8 +167,7 @@ impl Encoder {
                         // SAFETY: the ids below `len` are written.
                         unsafe { out.set_len(len) };
                         spill.after_piece(out);
-                        out.reserve(ROOM);
-                        (ids, len) = (out.as_mut_ptr(), out.len());
+                        (ids, len) = room(out);
                         reserved_to = len + ROOM;
                         cache.usage.count_hits(std::mem::take(&mut hits));
                         if !cache.usage.probing() {
