@@ -12,8 +12,9 @@
 //!   each slot is a small seqlock (a reader that overlaps a write sees a miss, never a
 //!   mix of two entries), and a writer that finds a slot busy skips the write;
 //! * [`PieceCache`], one per thread: an open-addressing table for the other pieces that
-//!   needed byte-pair merging (long words, scripts with multi-byte characters), its keys
-//!   and tokens stored in two pools (no allocation per entry), emptied whenever it holds
+//!   needed byte-pair merging (long words, scripts with multi-byte characters), each
+//!   entry's key and tokens side by side in one pool (no allocation per entry), emptied
+//!   whenever it holds
 //!   [`MAX_LONG_ENTRIES`]. Its entries are tied to
 //!   the encoder that wrote them, so encoders never see each other's results.
 //!
@@ -141,23 +142,30 @@ pub const MAX_LONG_ENTRIES: usize = (1 << LONG_BITS) / 4 * 3;
 /// Longest piece the second level keeps.
 pub const MAX_LONG_KEY: usize = 255;
 
-/// A second-level slot: where the key's bytes and its tokens are in the pools. `hash` is 0
-/// for an empty slot (hashes are made odd).
+/// A second-level slot: where its entry starts in the pool, and the lengths of its key and
+/// tokens. `hash` is 0 for an empty slot (hashes are made odd).
 #[derive(Clone, Copy, Default)]
 struct LongSlot {
     hash: u32,
-    key_at: u32,
-    tokens_at: u32,
+    at: u32,
     key_len: u8,
     tokens_len: u8,
+}
+
+/// Words of the pool that hold a key of `len` bytes (the last one padded with zeros).
+#[inline(always)]
+fn key_words(len: usize) -> usize {
+    len.div_ceil(4)
 }
 
 /// The per-thread second level (see the module documentation).
 pub struct PieceCache {
     owner: u32,
     slots: Box<[LongSlot]>,
-    keys: Vec<u8>,
-    tokens: Vec<Rank>,
+    /// The entries: each key's bytes (in [`key_words`] words, in memory order), then its
+    /// tokens. A hit reads one place for both, not one pool for keys and another for
+    /// tokens.
+    pool: Vec<u32>,
     len: usize,
     /// Whether caching pays on the text this thread sees just now.
     pub usage: CacheUse,
@@ -247,7 +255,7 @@ impl CacheUse {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { owner: 0, slots: Box::default(), keys: Vec::new(), tokens: Vec::new(), len: 0, usage: CacheUse::default() }
+        Self { owner: 0, slots: Box::default(), pool: Vec::new(), len: 0, usage: CacheUse::default() }
     }
 
     #[inline]
@@ -272,10 +280,15 @@ impl PieceCache {
                 return None;
             }
             if s.hash == hash && s.key_len as usize == piece.len() {
-                let k = s.key_at as usize;
-                if &self.keys[k..k + piece.len()] == piece {
-                    let t = s.tokens_at as usize;
-                    return Some(&self.tokens[t..t + s.tokens_len as usize]);
+                let at = s.at as usize;
+                let words = key_words(piece.len());
+                let entry = &self.pool[at..at + words + s.tokens_len as usize];
+                let (key, tokens) = entry.split_at(words);
+                // SAFETY: the key's words hold at least `piece.len()` bytes, and any bytes of
+                // a `u32` are valid `u8`s.
+                let key = unsafe { std::slice::from_raw_parts(key.as_ptr().cast::<u8>(), piece.len()) };
+                if key == piece {
+                    return Some(tokens);
                 }
             }
             i = (i + 1) & mask;
@@ -291,8 +304,7 @@ impl PieceCache {
         }
         if self.owner != owner || self.len >= MAX_LONG_ENTRIES {
             self.slots.fill(LongSlot::default());
-            self.keys.clear();
-            self.tokens.clear();
+            self.pool.clear();
             self.len = 0;
             self.owner = owner;
         }
@@ -302,15 +314,13 @@ impl PieceCache {
         while self.slots[i].hash != 0 {
             i = (i + 1) & mask; // (a piece already present is not put again: callers look first)
         }
-        self.slots[i] = LongSlot {
-            hash,
-            key_at: self.keys.len() as u32,
-            tokens_at: self.tokens.len() as u32,
-            key_len: piece.len() as u8,
-            tokens_len: tokens.len() as u8,
-        };
-        self.keys.extend_from_slice(piece);
-        self.tokens.extend_from_slice(tokens);
+        self.slots[i] = LongSlot { hash, at: self.pool.len() as u32, key_len: piece.len() as u8, tokens_len: tokens.len() as u8 };
+        self.pool.extend(piece.chunks(4).map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_ne_bytes(w)
+        }));
+        self.pool.extend_from_slice(tokens);
         self.len += 1;
     }
 
@@ -444,7 +454,7 @@ mod tests {
             assert_eq!(c.get_long(1, &key(i)), Some(&[i as Rank, 7, 8, 9][..]));
         }
         assert_eq!(c.get_long(1, &key(n - 6)), None);
-        assert!(c.keys.len() < MAX_LONG_ENTRIES * 32);
+        assert!(c.pool.len() < MAX_LONG_ENTRIES * 16);
         c.put_long(1, &[b'x'; MAX_LONG_KEY + 1], &[1, 2, 3, 4]);
         assert_eq!(c.get_long(1, &[b'x'; MAX_LONG_KEY + 1]), None);
     }
