@@ -136,8 +136,8 @@ fn merge_three(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Resul
 ///
 /// The chosen ids are written as four places at once and the length advanced by their
 /// count: the three choices differ in length, and copying a slice of a length known only
-/// at run time is a call to `memcpy` (on text whose pieces never repeat, that call was
-/// about a twentieth of all instructions).
+/// at run time is a call to `memcpy`, whose branches on the length mispredict (1 MB
+/// without whitespace: 1.03-1.04x without that call).
 #[inline(always)]
 fn settle<const N: usize, const L: usize, const R: usize>(out: &mut Vec<Rank>, left: Rank, right: Rank, neither: [Rank; N], if_left: [Rank; L], if_right: [Rank; R]) {
     const { assert!(N <= 4 && L <= 4 && R <= 4) };
