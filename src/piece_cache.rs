@@ -14,9 +14,8 @@
 //! * [`PieceCache`], one per thread: an open-addressing table for the other pieces that
 //!   needed byte-pair merging (long words, scripts with multi-byte characters), each
 //!   entry's key and tokens side by side in one pool (no allocation per entry), emptied
-//!   whenever it holds
-//!   [`MAX_LONG_ENTRIES`]. Its entries are tied to
-//!   the encoder that wrote them, so encoders never see each other's results.
+//!   whenever it holds [`MAX_LONG_ENTRIES`]. Its entries are tied to the encoder that
+//!   wrote them, so encoders never see each other's results.
 //!
 //! Each thread also watches how often the caches answer ([`CacheUse`]) and skips both
 //! levels for a while when recent pieces were almost never there (random text).
