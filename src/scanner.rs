@@ -482,7 +482,7 @@ const TAIL_PAD: u8 = 0xFF;
 
 /// The pieces of a text (see [`Scanner::spans`]). The cl100k family and o200k take whole
 /// windows of ASCII text and two-byte letters at a time (`bitwise_split.rs`; a text's last
-/// 16-63 bytes from a copy padded with [`TAIL_PAD`]), and one piece at a time elsewhere
+/// 16-63 bytes from a copy padded with `TAIL_PAD`), and one piece at a time elsewhere
 /// (other non-ASCII text, fewer than 16 bytes left, runs longer than a window); r50k one
 /// piece at a time.
 pub struct Spans<'s, 't> {

@@ -51,7 +51,7 @@ impl<'a> Storage<'a> {
     }
 
     /// Runs `f` on the text as UTF-8: borrowed when it is ASCII, else converted into this
-    /// thread's buffer (kept for the next call unless it grew past [`KEEP_BUFFER`]).
+    /// thread's buffer (kept for the next call unless it grew past `KEEP_BUFFER`).
     pub fn with_utf8<R>(self, f: impl FnOnce(&str) -> R) -> Result<R, Unencodable> {
         if let Some(ascii) = self.ascii() {
             return Ok(f(ascii));

@@ -279,7 +279,7 @@ impl Vocab {
 
     /// Appends the bytes of `tokens` to `out`; fails on the first unknown id.
     ///
-    /// The entry of the id [`DECODE_AHEAD`] places on is prefetched: ids land all over a
+    /// The entry of the id `DECODE_AHEAD` places on is prefetched: ids land all over a
     /// table of 8 bytes an id (1.6 MB for o200k_base), larger than a core's L2 cache.
     /// From Python, a call per document of the 20 MB stream's ids, 10 alternating fresh
     /// processes each: `decode_bytes` 1.04x (cl100k) and 1.06x (o200k), `decode` 1.03x and
