@@ -52,6 +52,15 @@ Rows, per encoding (``--encodings``):
   table, that ratio's two factors: the batch's MB per CPU second over the one-thread
   run's (1.00: running in parallel costs nothing per byte) and the cores the batch used
   on average (its CPU time over its wall time);
+* ids as arrays (``--numpy``): tokenmill's and tiktoken's ``encode_to_numpy(text,
+  disallowed_special=())`` (the same ids as ``encode_ordinary``, as numpy ``uint32``
+  arrays: no Python int or list is made), one call per document on the short and long
+  slices, fresh processes too; numpy is imported before the timed pass (both libraries
+  import it on their first call otherwise), with its BLAS on one thread (on import it
+  starts a thread per core that spins for a while, taking a core from the pass). Beside each figure, the library's MB/s over
+  its own one-thread (lists) MB/s: the share of a pass that goes to making lists. For
+  data preparation that writes ids to arrays, and as a ceiling: how far each library
+  gets when Python's lists are taken out;
 * worst cases (tokenmill and tiktoken, one call on one document each): 1 MB of one
   repeated letter, of letters and punctuation without whitespace (fixed seed), of digits
   (fixed seed) and of spaces; their MB/s, and tokenmill's over its own short-run MB/s
@@ -131,6 +140,7 @@ Usage:
     python benches/encode_compare.py --quick              # smoke test: 1 + 3 MB, one encoding
     python benches/encode_compare.py --encodings o200k_base --short-mb 4.5 --long-mb 20 --repeat 3
     python benches/encode_compare.py --libs tokenmill tiktoken fastokens
+    python benches/encode_compare.py --numpy --libs tokenmill tiktoken   # ids as numpy arrays too
 """
 
 from __future__ import annotations
@@ -172,6 +182,7 @@ LIBRARIES: Dict[str, Tuple[str, str, str]] = {
 #: after tokenmill, so that their paired ratios compare runs seconds apart.
 RUN_ORDER = ("tokenmill", "fastokens", "wordchipper", "bpe_openai", "tiktoken", "hf")
 BATCH_LIBS = ("tokenmill", "tiktoken")
+NUMPY_LIBS = ("tokenmill", "tiktoken")
 WORST_LIBS = ("tokenmill", "tiktoken")
 
 BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -454,12 +465,15 @@ def _ids_digests(all_ids: List[Sequence[int]]) -> Tuple[str, List[str], int]:
     per_doc = []
     tokens = 0
     for ids in all_ids:
-        data = array("I", ids)
-        if data.itemsize != 4:  # pragma: no cover - 'I' is 4 bytes on every supported platform
-            data = array("L", ids)
-        if sys.byteorder != "little":  # pragma: no cover
-            data.byteswap()
-        raw = data.tobytes()
+        if hasattr(ids, "dtype"):  # a numpy array (--numpy): its uint32s, little-endian
+            raw = ids.astype("<u4", copy=False).tobytes()
+        else:
+            data = array("I", ids)
+            if data.itemsize != 4:  # pragma: no cover - 'I' is 4 bytes on every supported platform
+                data = array("L", ids)
+            if sys.byteorder != "little":  # pragma: no cover
+                data.byteswap()
+            raw = data.tobytes()
         total.update(len(ids).to_bytes(8, "little"))
         total.update(raw)
         per_doc.append(hashlib.sha256(raw).hexdigest()[:16])
@@ -536,6 +550,16 @@ def worker(spec: dict) -> int:
     tmp = spec["tmp"]  # a folder of the parent's, removed by it even if this process is killed
     t0 = time.perf_counter()
     encode, obj, notes = _build(lib, name, spec, tmp)
+    if mode == "numpy":
+        # numpy's BLAS starts a thread per core on import, which spins for a while on a core
+        # the timed pass would otherwise have to itself; no BLAS is used here.
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+        import numpy  # noqa: F401  (imported here, untimed: a program that wants arrays has it)
+
+        def encode(text: str, _to_numpy=obj.encode_to_numpy) -> Sequence[int]:
+            return _to_numpy(text, disallowed_special=())
+
     build_s = time.perf_counter() - t0
     # The documents are read only now, and nothing touches them before the timed pass
     # (CPython caches a str's UTF-8 form on first use: every library pays it once).
@@ -908,6 +932,24 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
         print(line)
 
 
+def print_numpy(name, libs, arrays, single, nbytes, texts, notes: List[str]) -> None:
+    print("ids as numpy arrays, encode_to_numpy(text, disallowed_special=()), one call per document:")
+    _header("library", list(nbytes), "  arrays / own lists MB/s")
+    tm = {r: _mbps(arrays.get(("tokenmill", r)), n) for r, n in nbytes.items()}
+    for lib in NUMPY_LIBS:
+        if lib not in libs:
+            continue
+        label = LIBRARIES[lib][2]
+        row, same, own = f"  {label:<15}", [], []
+        for r, n in nbytes.items():
+            res = arrays.get((lib, r))
+            v = _mbps(res, n)
+            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
+            same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} numpy", notes))
+            own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
+        print(f"{row} {_same(same):>9}  {', '.join(own)}")
+
+
 def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
     print(
         f"worst cases ({nbytes / 1e6:g} MB, one document, one call; "
@@ -953,6 +995,11 @@ def main() -> int:
         "--fastokens-pool",
         action="store_true",
         help="let fastokens encode a long text on its own thread pool, as shipped (default: one thread)",
+    )
+    ap.add_argument(
+        "--numpy",
+        action="store_true",
+        help="also time tokenmill's and tiktoken's encode_to_numpy (ids as arrays, no lists) on the short and long slices",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1027,8 +1074,15 @@ def main() -> int:
 
     n_single = len(libs) * len(nbytes)
     n_batch = len([lib for lib in BATCH_LIBS if lib in libs]) * len(regimes)
+    numpy_libs: Tuple[str, ...] = ()
+    if args.numpy:
+        if importlib.util.find_spec("numpy") is None:
+            print("note: --numpy skipped: numpy is not installed")
+        else:
+            numpy_libs = NUMPY_LIBS
+    n_numpy = len([lib for lib in numpy_libs if lib in libs]) * len(regimes)
     n_worst = len([lib for lib in WORST_LIBS if lib in libs]) * len(WORST_CASES)
-    total_runs = len(encodings) * (n_single + n_batch + n_worst) * args.repeat
+    total_runs = len(encodings) * (n_single + n_batch + n_numpy + n_worst) * args.repeat
 
     env = dict(os.environ)
     env["TOKENMILL_OFFLINE"] = "1"
@@ -1069,10 +1123,12 @@ def main() -> int:
 
             add("single", nbytes, libs, nbytes.__getitem__, "{name} {case} {lib}")
             add("batch", regimes, BATCH_LIBS, nbytes.__getitem__, "{name} {case} {lib} batch")
+            add("numpy", regimes, numpy_libs, nbytes.__getitem__, "{name} {case} {lib} numpy")
             add("worst", WORST_CASES, WORST_LIBS, lambda _: worst_bytes, "{name} worst {case} {lib}")
             got = runner.measure_rounds(items)
-            single, batch, worst = (
-                {(lib, case): res for (m, lib, case), res in got.items() if m == mode} for mode in ("single", "batch", "worst")
+            single, batch, arrays, worst = (
+                {(lib, case): res for (m, lib, case), res in got.items() if m == mode}
+                for mode in ("single", "batch", "numpy", "worst")
             )
 
             print_single(name, libs, single, nbytes, texts, runner.notes)
@@ -1083,6 +1139,8 @@ def main() -> int:
                 print_kinds(libs, single, texts, "warm")
             if batch:
                 print_batch(name, libs, batch, single, batch_bytes, texts, threads, runner.notes)
+            if arrays:
+                print_numpy(name, libs, arrays, single, batch_bytes, texts, runner.notes)
             if worst:
                 tm_short = _mbps(single.get(("tokenmill", "short")), nbytes["short"])
                 print_worst(name, worst, worst_bytes, tm_short, runner.notes)
