@@ -896,22 +896,33 @@ def print_kinds(libs, single, texts, regime: str = "long") -> None:
         print(row + f" {100 * secs['tokenmill'][k] / total_tm:>5.1f}%")
 
 
+def _row_against_own(name, lib, results, single, nbytes, texts, mode: str, notes: List[str]) -> str:
+    """A table row of ``lib``'s runs in ``mode`` (``results``, keyed (lib, regime)): per regime
+    its MB/s and tokenmill's over it, whether its ids are tiktoken's, then its MB/s over its
+    own one-thread run's."""
+    label = LIBRARIES[lib][2]
+    row, same, own = f"  {label:<15}", [], []
+    for r, n in nbytes.items():
+        res = results.get((lib, r))
+        v = _mbps(res, n)
+        row += f" {_fmt(v, 11)} {_fmt(_ratio(_mbps(results.get(('tokenmill', r)), n), v), 6, 2)}"
+        same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} {mode}", notes))
+        own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
+    return f"{row} {_same(same):>9}  {', '.join(own)}"
+
+
 def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: List[str]) -> None:
     print(f"batch, encode_ordinary_batch(docs, num_threads={threads}):")
     _header("library", list(nbytes), "  batch / own one-thread MB/s")
-    tm = {r: _mbps(batch.get(("tokenmill", r)), n) for r, n in nbytes.items()}
     lines: List[str] = []  # each library's factors, printed under the table
     for lib in BATCH_LIBS:
         if lib not in libs:
             continue
         label = LIBRARIES[lib][2]
-        row, same, own, factors = f"  {label:<15}", [], [], []
+        print(_row_against_own(name, lib, batch, single, nbytes, texts, "batch", notes))
+        factors = []
         for r, n in nbytes.items():
             res = batch.get((lib, r))
-            v = _mbps(res, n)
-            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
-            same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} batch", notes))
-            own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
             # The wall-time ratio's two factors: the cores the batch got (the host may take
             # one away) and the work a CPU second does with several threads against one
             # (the cost of running in parallel). Both together tell a slow host from slow code.
@@ -925,7 +936,6 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
                     f"{name} {r} {label} batch: the hypervisor took {100 * steal:.0f}% of the cores' time "
                     f"during the run (its wall-time MB/s, and the batch / one-thread ratio, suffer)"
                 )
-        print(f"{row} {_same(same):>9}  {', '.join(own)}")
         if factors:
             lines.append(f"  {label} batch MB per CPU second / own one-thread's: {', '.join(factors)}")
     for line in lines:
@@ -935,19 +945,9 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
 def print_numpy(name, libs, arrays, single, nbytes, texts, notes: List[str]) -> None:
     print("ids as numpy arrays, encode_to_numpy(text, disallowed_special=()), one call per document:")
     _header("library", list(nbytes), "  arrays / own lists MB/s")
-    tm = {r: _mbps(arrays.get(("tokenmill", r)), n) for r, n in nbytes.items()}
     for lib in NUMPY_LIBS:
-        if lib not in libs:
-            continue
-        label = LIBRARIES[lib][2]
-        row, same, own = f"  {label:<15}", [], []
-        for r, n in nbytes.items():
-            res = arrays.get((lib, r))
-            v = _mbps(res, n)
-            row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)}"
-            same.append(parity(res, single.get(("tiktoken", r)), texts[r], f"{name} {r} {label} numpy", notes))
-            own.append(f"{r} {_fmt(_ratio(v, _mbps(single.get((lib, r)), n)), 0, 2)}")
-        print(f"{row} {_same(same):>9}  {', '.join(own)}")
+        if lib in libs:
+            print(_row_against_own(name, lib, arrays, single, nbytes, texts, "numpy", notes))
 
 
 def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
