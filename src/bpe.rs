@@ -43,6 +43,23 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
     merge_piece_with(vocab, piece, out, s, memo, true)
 }
 
+/// [`encode_piece`] for text whose pieces do not repeat, which the encoder meets while its
+/// piece caches are skipped (random characters, hashes, base64): there a piece of five
+/// bytes merges in closed form too ([`merge_five`]). On text whose pieces repeat, the few
+/// five-byte pieces merged take the general merge, whose search for the lowest pair has no
+/// branch that depends on the ranks: cachegrind counted 2% more mispredicted branches on
+/// the 20 MB stream with the closed form there (cl100k), and 1.3% fewer instructions.
+#[inline]
+pub fn encode_unrepeated_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
+    debug_assert!(vocab.rank(piece).is_none(), "encode_unrepeated_piece on a piece that is a token");
+    if piece.len() == 5 {
+        if let Some(done) = merge_five(vocab, piece, out) {
+            return done;
+        }
+    }
+    merge_piece_with(vocab, piece, out, s, memo, true)
+}
+
 /// Byte-pair merges a piece that may itself be a token (tiktoken's `byte_pair_encode`, with
 /// no whole-piece lookup first): the result need not be that one token.
 pub fn merge_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
@@ -186,27 +203,67 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
     if ra == Rank::MAX || rb == Rank::MAX || rc == Rank::MAX || rd == Rank::MAX {
         return None;
     }
-    let (ab, bc, cd) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d));
-    let three = |s: usize| rank_of(vocab, &piece[s..s + 3]);
-    // After the first merge, three parts and two pairs remain.
-    if ab <= bc && ab <= cd {
+    let pairs = [vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d)];
+    four_parts(vocab, piece, out, [ra, rb, rc, rd], [1, 2, 3], pairs);
+    Some(Ok(()))
+}
+
+/// Five bytes `abcde` that are no token, merged in closed form: the lowest of the four
+/// byte pairs merges first (leftmost on a tie), which leaves four parts for
+/// [`four_parts`]; the pairs it made need one or two lookups of three bytes. `None` when a
+/// byte has no token of its own (the general merge reports that).
+#[inline(always)]
+fn merge_five(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
+    let [a, b, c, d, e] = [piece[0], piece[1], piece[2], piece[3], piece[4]];
+    let r = [vocab.byte_rank(a), vocab.byte_rank(b), vocab.byte_rank(c), vocab.byte_rank(d), vocab.byte_rank(e)];
+    if r.contains(&Rank::MAX) {
+        return None;
+    }
+    let (ab, bc, cd, de) = (vocab.pair_rank(a, b), vocab.pair_rank(b, c), vocab.pair_rank(c, d), vocab.pair_rank(d, e));
+    let three = |s: usize| vocab.three_rank(piece[s], piece[s + 1], piece[s + 2]);
+    if ab <= bc && ab <= cd && ab <= de {
         if ab == Rank::MAX {
-            out.extend_from_slice(&[ra, rb, rc, rd]);
+            out.extend_from_slice(&r);
             return Some(Ok(()));
         }
-        // [ab, c, d]: (ab)c against cd.
-        let abc = three(0);
-        settle(out, abc, cd, [ab, rc, rd], [abc, rd], [ab, cd]);
-    } else if bc <= cd {
-        // [a, bc, d]: a(bc) against (bc)d.
-        let (abc, bcd) = (three(0), three(1));
-        settle(out, abc, bcd, [ra, bc, rd], [abc, rd], [ra, bcd]);
+        four_parts(vocab, piece, out, [ab, r[2], r[3], r[4]], [2, 3, 4], [three(0), cd, de]);
+    } else if bc <= cd && bc <= de {
+        four_parts(vocab, piece, out, [r[0], bc, r[3], r[4]], [1, 3, 4], [three(0), three(1), de]);
+    } else if cd <= de {
+        four_parts(vocab, piece, out, [r[0], r[1], cd, r[4]], [1, 2, 4], [ab, three(1), three(2)]);
     } else {
-        // [a, b, cd]: ab against b(cd).
-        let bcd = three(1);
-        settle(out, ab, bcd, [ra, rb, cd], [ab, cd], [ra, bcd]);
+        four_parts(vocab, piece, out, [r[0], r[1], r[2], de], [1, 2, 3], [ab, bc, three(2)]);
     }
     Some(Ok(()))
+}
+
+/// The end of a closed-form merge of a piece that is no token, from four parts (ids
+/// `ids`, the later three starting at the offsets `starts`) and the ranks of their three
+/// pairs: the lowest pair merges (leftmost on a tie), which leaves two pairs, each of
+/// them either a pair already ranked or a string of the piece to look up, and then
+/// [`settle`] finishes.
+#[inline(always)]
+fn four_parts(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, ids: [Rank; 4], starts: [usize; 3], pairs: [Rank; 3]) {
+    let [i0, i1, i2, i3] = ids;
+    let [s1, _, s3] = starts;
+    let [p01, p12, p23] = pairs;
+    if p01 <= p12 && p01 <= p23 {
+        if p01 == Rank::MAX {
+            out.extend_from_slice(&ids);
+            return;
+        }
+        // [p01, i2, i3]: (p01 i2) against p23.
+        let left = rank_of(vocab, &piece[..s3]);
+        settle(out, left, p23, [p01, i2, i3], [left, i3], [p01, p23]);
+    } else if p12 <= p23 {
+        // [i0, p12, i3]: (i0 p12) against (p12 i3).
+        let (left, right) = (rank_of(vocab, &piece[..s3]), rank_of(vocab, &piece[s1..]));
+        settle(out, left, right, [i0, p12, i3], [left, i3], [i0, right]);
+    } else {
+        // [i0, i1, p23]: p01 against (i1 p23).
+        let right = rank_of(vocab, &piece[s1..]);
+        settle(out, p01, right, [i0, i1, p23], [p01, p23], [i0, right]);
+    }
 }
 
 /// The merge of [`merge_short`] for pieces of at most `N` bytes. Parts are linked in
@@ -747,17 +804,17 @@ mod tests {
     }
 
     #[test]
-    fn every_piece_of_two_to_four_bytes_matches_the_reference() {
-        // Pieces of two, three and four bytes known not to be tokens take closed-form paths
-        // (none, none and at most two lookups): every such piece over the toy alphabet, in
-        // many vocabularies (ties and chains included).
+    fn every_piece_of_two_to_five_bytes_matches_the_reference() {
+        // Pieces of two to five bytes known not to be tokens take closed-form paths (none,
+        // none, at most two and at most four lookups): every such piece over the toy
+        // alphabet, in many vocabularies (ties and chains included).
         let mut rng = Rng(0x2545F4914F6CDD1D);
         let alphabet = b"ab cx";
-        let mut checked = [0usize; 5];
+        let mut checked = [0usize; 6];
         for _ in 0..40 {
             let vocab = toy_vocab(&mut rng);
             let mut pieces: Vec<Vec<u8>> = alphabet.iter().map(|&x| vec![x]).collect();
-            for _ in 2..=4 {
+            for _ in 2..=5 {
                 pieces = pieces.iter().flat_map(|p| alphabet.iter().map(move |&x| [p.as_slice(), &[x]].concat())).collect();
                 for piece in &pieces {
                     if vocab.rank(piece).is_some() {
@@ -766,13 +823,17 @@ mod tests {
                     // (ids already there must stay, the piece's come after them)
                     let before = [7, 8, 9];
                     let mut out = before.to_vec();
-                    merge_short(&vocab, piece, &mut out, true).unwrap();
+                    if piece.len() == 5 {
+                        encode_unrepeated_piece(&vocab, piece, &mut out, &mut Scratch::default(), None).unwrap();
+                    } else {
+                        merge_short(&vocab, piece, &mut out, true).unwrap();
+                    }
                     assert_eq!(out[..3], before);
                     assert_eq!(out[3..], reference(&vocab, piece), "{:?}", String::from_utf8_lossy(piece));
                     checked[piece.len()] += 1;
                 }
             }
         }
-        assert!(checked[2] > 200 && checked[3] > 1000 && checked[4] > 10_000, "{checked:?}");
+        assert!(checked[2] > 200 && checked[3] > 1000 && checked[4] > 10_000 && checked[5] > 50_000, "{checked:?}");
     }
 }

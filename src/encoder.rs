@@ -292,7 +292,7 @@ impl Encoder {
             if let Some(id) = self.vocab.rank_inline(key) {
                 out.push(id);
             } else {
-                bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
+                bpe::encode_unrepeated_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
             }
         } else if let Some(id) = self.vocab.rank_inline(key) {
             cache.usage.record(false);
