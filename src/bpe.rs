@@ -198,7 +198,9 @@ fn merge_two(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<
 /// its own (the general merge reports that).
 #[inline(always)]
 fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
-    let [a, b, c, d] = [piece[0], piece[1], piece[2], piece[3]];
+    // (As an array, its length is known wherever the lookups below slice it.)
+    let piece: &[u8; 4] = piece.try_into().ok()?;
+    let [a, b, c, d] = *piece;
     let (ra, rb, rc, rd) = (vocab.byte_rank(a), vocab.byte_rank(b), vocab.byte_rank(c), vocab.byte_rank(d));
     if ra == Rank::MAX || rb == Rank::MAX || rc == Rank::MAX || rd == Rank::MAX {
         return None;
@@ -214,7 +216,8 @@ fn merge_four(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result
 /// byte has no token of its own (the general merge reports that).
 #[inline(always)]
 fn merge_five(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>) -> Option<Result<()>> {
-    let [a, b, c, d, e] = [piece[0], piece[1], piece[2], piece[3], piece[4]];
+    let piece: &[u8; 5] = piece.try_into().ok()?;
+    let [a, b, c, d, e] = *piece;
     let r = [vocab.byte_rank(a), vocab.byte_rank(b), vocab.byte_rank(c), vocab.byte_rank(d), vocab.byte_rank(e)];
     if r.contains(&Rank::MAX) {
         return None;
