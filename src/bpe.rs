@@ -45,7 +45,7 @@ pub fn encode_piece(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Sc
 
 /// [`encode_piece`] for text whose pieces do not repeat, which the encoder meets while its
 /// piece caches are skipped (random characters, hashes, base64): there a piece of five
-/// bytes merges in closed form too ([`merge_five`]; 1 MB without whitespace, Rust harness:
+/// bytes merges in closed form too (`merge_five`; 1 MB without whitespace, Rust harness:
 /// 1.02x cl100k, 1.07x o200k). On text whose pieces repeat, the few five-byte pieces
 /// merged take the general merge, whose search for the lowest pair has no branch that
 /// depends on the ranks: the closed form there measured within the noise (0.97-1.00x).

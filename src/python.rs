@@ -205,9 +205,10 @@ unsafe fn encode_into_places<T>(py: Python<'_>, enc: &Encoder, text: &Bound<'_, 
 /// whitespace (723k ids), 2.9 MB less memory and, in a process that has not encoded
 /// before, about 950 fewer page faults. The array is allocated as CPython allocates a
 /// list's items (`PyMem_Malloc`, not zeroed) with [`first_room`]; the engine, with the
-/// GIL released, writes the ids into it as plain integers (any past its room wait in a
-/// vector); then each is replaced by its int in place, and the array, cut to size, is
-/// handed to a new empty list, as the list would grow its own. `None` when the room
+/// GIL released, writes each id's int into it where the ints are laid out
+/// ([`crate::shared_ints::IntPlaces`]), else the ids as plain integers, each then replaced
+/// by its int in place (any id past the room waits in a vector); the array, cut to size,
+/// is handed to a new empty list, as the list would grow its own. `None` when the room
 /// cannot be had (the caller then encodes the usual way).
 ///
 /// Not in CPython's free-threaded build, whose lists keep their items in blocks with a
@@ -231,7 +232,14 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
             ffi::PyMem_Free(items as *mut std::ffi::c_void);
             Err(e)
         };
-        let (written, beyond) = match encode_into_places(py, enc, text, policy, items as *mut usize, room, |id| id as usize) {
+        // With the ints laid out, the engine writes each id's int itself; else its id,
+        // made into its int below.
+        let places = crate::shared_ints::int_places(enc);
+        let drained = match places {
+            Some(p) => encode_into_places(py, enc, text, policy, items as *mut usize, room, |id| p.get(id) as usize),
+            None => encode_into_places(py, enc, text, policy, items as *mut usize, room, |id| id as usize),
+        };
+        let (written, beyond) = match drained {
             Ok(drained) => drained,
             Err(e) => return fail(items, 0, e),
         };
@@ -244,12 +252,14 @@ fn encode_into_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyStr
             }
             items = resized;
             for (k, &id) in beyond.iter().enumerate() {
-                *(items as *mut usize).add(written + k) = id as usize;
+                *(items as *mut usize).add(written + k) = places.map_or(id as usize, |p| p.get(id) as usize);
             }
         }
         drop(beyond);
-        if let Err((done, e)) = put_ints(py, enc, n, |i| *(items as *const usize).add(i) as Rank, items) {
-            return fail(items, done, e);
+        if places.is_none() {
+            if let Err((done, e)) = put_ints(py, enc, n, |i| *(items as *const usize).add(i) as Rank, items) {
+                return fail(items, done, e);
+            }
         }
         let list = ffi::PyList_New(0);
         if list.is_null() {
@@ -798,6 +808,7 @@ impl PyCoreBPE {
         }
         let pattern = pattern.to_string();
         let enc = py.detach(move || Encoder::new(ranks, specials, &pattern)).map_err(|e| to_py_err(py, e))?;
+        crate::shared_ints::prepare(py, enc.vocab());
         Ok(Self { inner: Arc::new(enc) })
     }
 

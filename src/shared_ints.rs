@@ -1,20 +1,27 @@
 //! Python int objects for token ids, shared by every encoder of the process, and the
 //! filling of lists with them (compiled with the `python` feature only).
 //!
-//! Each id's int is made once, on first use, and kept for the life of the process:
-//! putting an id in a list then costs a read of the table, not an allocation. That
-//! matters most in batch calls, where building the lists is the part that runs under the
-//! GIL on one core.
+//! Each id's int is made once and kept for the life of the process: putting an id in a
+//! list then costs no allocation. That matters most in batch calls, where building the
+//! lists is the part that runs under the GIL on one core.
 //!
-//! Where CPython allows it ([`PERMANENT`]), the table's ints are made permanent: their
-//! reference count is set so high (from Python 3.12 on: marked immortal, as CPython marks
-//! `None` or small ints) that nothing can bring it to zero, and a list's places then take
-//! them without counting a reference each. Building a list writes only the list: the
-//! ints, 32 bytes each and spread over several MB for a large vocabulary, are neither
-//! written nor even read, so they no longer push the encoder's own tables out of the CPU's
-//! caches. Measured on the warm 20 MB stream from Python (lists kept): 1.04x (o200k) to
-//! 1.09x (cl100k); see PERFORMANCE.md, "Lists of ids".
+//! Where CPython allows it ([`PERMANENT`]), the ints are made permanent: their reference
+//! count is set so high (from Python 3.12 on: marked immortal, as CPython marks `None` or
+//! small ints) that nothing can bring it to zero, and a list's places then take them
+//! without counting a reference each. Building a list writes only the list: the ints are
+//! neither written nor even read, so they do not push the encoder's own tables out of the
+//! CPU's caches. Measured on the warm 20 MB stream from Python (lists kept): 1.04x
+//! (o200k) to 1.09x (cl100k); see PERFORMANCE.md, "Lists of ids".
+//!
+//! There, too, the ints of a vocabulary's ids are made when its encoder is, laid out 32
+//! bytes apart in blocks of 256 ids ([`IntPlaces`]), so that an id's int is found by
+//! arithmetic instead of a read of a table of one pointer per id (1.6 MB for o200k_base,
+//! which the lists' building missed in the CPU's caches). A long text's ids then become
+//! ints as the engine writes them, with the GIL released. Elsewhere, for a vocabulary
+//! whose ids are spread too thinly, or one of more than [`MAX_SHARED_INT`] ids, each int
+//! is made on its first use and kept in a table.
 
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use pyo3::ffi;
@@ -22,6 +29,7 @@ use pyo3::prelude::*;
 
 use crate::encoder::Encoder;
 use crate::error::Rank;
+use crate::vocab::Vocab;
 use crate::prefetch::prefetch;
 
 /// The shared ints, by id. The table never drops an int it holds (it lives as long as the
@@ -79,6 +87,47 @@ mod permanence {
             (*p).ob_refcnt = 1 << 62;
         }
     }
+
+    /// The first 24 bytes of a permanent one-digit int (reference count, type, size), if
+    /// every int this module would lay out is then byte for byte the int CPython makes for
+    /// its value (reference count aside): one 30-bit digit after a 24-byte header.
+    ///
+    /// # Safety
+    /// The GIL must be held.
+    pub unsafe fn layout_header() -> Option<[u8; 24]> {
+        let ty = std::ptr::addr_of_mut!(ffi::PyLong_Type);
+        if (*ty).tp_basicsize != 24 || (*ty).tp_itemsize != 4 {
+            return None;
+        }
+        let template = ffi::PyLong_FromLong(1000);
+        if template.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        let mut header = [0u8; 24];
+        std::ptr::copy_nonoverlapping(template as *const u8, header.as_mut_ptr(), 24);
+        ffi::Py_DECREF(template);
+        let mut made = [0u64; 4];
+        super::write_int(made.as_mut_ptr() as *mut u8, &header, 0);
+        make(made.as_mut_ptr() as *mut ffi::PyObject);
+        std::ptr::copy_nonoverlapping(made.as_ptr() as *const u8, header.as_mut_ptr(), 24);
+        for v in [1 << super::BLOCK_BITS, 1000, 65_535, 65_536, 1 << 20 | 5, super::MAX_SHARED_INT as u32 - 1] {
+            let real = ffi::PyLong_FromLong(v as std::ffi::c_long);
+            if real.is_null() {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            let mut ours = [0u64; 4];
+            super::write_int(ours.as_mut_ptr() as *mut u8, &header, v);
+            let same = std::slice::from_raw_parts(real as *const u8, 28)[8..] == std::slice::from_raw_parts(ours.as_ptr() as *const u8, 28)[8..]
+                && ffi::PyLong_AsLong(ours.as_mut_ptr() as *mut ffi::PyObject) == v as std::ffi::c_long;
+            ffi::Py_DECREF(real);
+            if !same {
+                return None;
+            }
+        }
+        Some(header)
+    }
 }
 
 #[cfg(not(all(target_pointer_width = "64", not(any(Py_GIL_DISABLED, Py_LIMITED_API, PyPy, GraalPy, py_sys_config = "Py_REF_DEBUG")))))]
@@ -95,20 +144,203 @@ mod permanence {
     pub unsafe fn make(p: *mut ffi::PyObject) {
         ffi::Py_INCREF(p);
     }
+
+    /// Ints are laid out only where they are permanent.
+    ///
+    /// # Safety
+    /// None needed; `unsafe` as its counterpart.
+    pub unsafe fn layout_header() -> Option<[u8; 24]> {
+        None
+    }
 }
 
 pub use permanence::PERMANENT;
 
-/// Writes the int object of each of `n` ids into `items[0..n]`, `id(i)` giving the `i`-th
-/// id, with the ints taken from [`INTS`]. `id(i)` is asked for before place `i` is
-/// written, and ids of later places are asked for ahead of time (to prefetch), so the
-/// ids may live in `items` itself. On an error (no memory for an int) it gives the number
-/// of places written: those after them are as they were.
+/// Ids are placed in blocks of `1 << BLOCK_BITS`: block 0 holds ids 0-255, whose ints are
+/// CPython's own cached small ints (laid out one after another, 32 bytes apart, in every
+/// version this was checked on), so that a list's small ints are the objects CPython
+/// itself uses, as in tiktoken's lists; every other block lies in a segment of ints made
+/// by this module.
+const BLOCK_BITS: u32 = 8;
+const BLOCKS: usize = MAX_SHARED_INT >> BLOCK_BITS;
+/// The ints made here come in segments of `1 << SEGMENT_BITS` ids (2 MiB each), allocated
+/// as vocabularies need them and never freed or moved.
+const SEGMENT_BITS: u32 = 16;
+/// Bytes per int: a one-digit int takes 28 (header 16, size 8, digit 4), and CPython's
+/// small ints lie this far apart.
+const INT_BYTES: usize = 32;
+
+/// Where the int of each id is, computed from the id instead of read from a table: the
+/// address of its block plus 32 bytes an id. Putting an id in a list then reads nothing
+/// but the block's address (a few KB for a whole vocabulary), with no branch, and the
+/// engine can write the ints of a long text straight into its list while it encodes,
+/// with the GIL released (the ints exist, are permanent, and are never moved).
+pub struct IntPlaces {
+    blocks: [usize; BLOCKS],
+    /// The segments' addresses (0: none yet).
+    segments: [usize; MAX_SHARED_INT >> SEGMENT_BITS],
+    /// Ids below this have their int.
+    count: usize,
+}
+
+impl IntPlaces {
+    /// The int object of `id` (below the count of ids prepared), a borrowed pointer.
+    #[inline(always)]
+    pub fn get(&self, id: Rank) -> *mut ffi::PyObject {
+        let id = id as usize;
+        (self.blocks[(id >> BLOCK_BITS) % BLOCKS] + (id & ((1 << BLOCK_BITS) - 1)) * INT_BYTES) as *mut ffi::PyObject
+    }
+}
+
+/// The current [`IntPlaces`] (null before the first [`prepare`], or where ints cannot be
+/// laid out). Each is leaked: a larger vocabulary publishes a new one that extends the
+/// last, and readers that loaded the old one keep a valid one.
+static PLACES: AtomicPtr<IntPlaces> = AtomicPtr::new(std::ptr::null_mut());
+/// Set once laying ints out was found not to give CPython's own objects (an int layout
+/// this module does not know): the table above is used instead.
+static NO_LAYOUT: AtomicBool = AtomicBool::new(false);
+static PREPARING: Mutex<()> = Mutex::new(());
+
+/// The laid-out ints, if they cover every id of `enc`.
+#[inline]
+pub fn int_places(enc: &Encoder) -> Option<&'static IntPlaces> {
+    let p = PLACES.load(Ordering::Acquire);
+    // SAFETY: a published `IntPlaces` is leaked, never written again.
+    let places = unsafe { p.as_ref()? };
+    (places.count >= enc.vocab().id_count()).then_some(places)
+}
+
+/// Makes the int of every id of `vocab` ahead of time (those below its highest id),
+/// laid out so that [`IntPlaces`] can compute where each is. Only where ints are made
+/// permanent ([`PERMANENT`]) and a one-digit int is laid out as this module expects
+/// (checked against ints CPython makes); otherwise, and for a vocabulary of more than
+/// [`MAX_SHARED_INT`] ids or whose highest id is far above its number of ids (a special
+/// token given a distant id), nothing is done and lists take their ints from the table.
+/// Costs 32 bytes an id, once per process, on pages of their own (o200k_base: 6.4 MB,
+/// made in about 5 ms).
+pub fn prepare(_py: Python<'_>, vocab: &Vocab) {
+    let count = vocab.id_count();
+    let ids = vocab.ranks().len() + vocab.special_tokens().len();
+    if !PERMANENT || count > MAX_SHARED_INT || count > 2 * ids + (1 << SEGMENT_BITS) || NO_LAYOUT.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(_guard) = PREPARING.try_lock() else { return };
+    // SAFETY: the GIL is held; a published `IntPlaces` is never written again.
+    unsafe {
+        let old = PLACES.load(Ordering::Acquire).as_ref();
+        if old.is_some_and(|o| o.count >= count) {
+            return;
+        }
+        let Some(header) = permanence::layout_header() else {
+            NO_LAYOUT.store(true, Ordering::Relaxed);
+            return;
+        };
+        let mut places = Box::new(IntPlaces { blocks: [0; BLOCKS], segments: [0; MAX_SHARED_INT >> SEGMENT_BITS], count: 0 });
+        match old {
+            Some(o) => {
+                places.blocks = o.blocks;
+                places.segments = o.segments;
+                places.count = o.count;
+            }
+            None => {
+                let Some(small) = small_ints() else {
+                    NO_LAYOUT.store(true, Ordering::Relaxed);
+                    return;
+                };
+                places.blocks[0] = small;
+                places.count = 1 << BLOCK_BITS;
+            }
+        }
+        let first_block = places.count.div_ceil(1 << BLOCK_BITS);
+        let last_block = count.div_ceil(1 << BLOCK_BITS);
+        for b in first_block..last_block {
+            let id = b << BLOCK_BITS;
+            let s = id >> SEGMENT_BITS;
+            if places.segments[s] == 0 {
+                let Some(segment) = new_segment() else { return };
+                places.segments[s] = segment;
+            }
+            places.blocks[b] = places.segments[s] + (id % (1 << SEGMENT_BITS)) * INT_BYTES;
+            // Every id of the block (those past the vocabulary too: the block is whole).
+            for v in id..id + (1 << BLOCK_BITS) {
+                write_int(places.get(v as Rank) as *mut u8, &header, v as u32);
+            }
+        }
+        places.count = places.count.max(last_block << BLOCK_BITS);
+        PLACES.store(Box::into_raw(places), Ordering::Release);
+    }
+}
+
+/// Memory for one segment of ints, never freed. On Unix it is mapped apart from the heap:
+/// taken from the heap, it would take memory that the allocator had free for the next
+/// lists, which then need new pages (in a process that had just loaded o200k_base, the
+/// first 1 MB text's list took 1,383 page faults instead of 445, 0.96x the speed).
+fn new_segment() -> Option<usize> {
+    const BYTES: usize = INT_BYTES << SEGMENT_BITS;
+    #[cfg(unix)]
+    {
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        (p != libc::MAP_FAILED).then_some(p as usize)
+    }
+    #[cfg(not(unix))]
+    {
+        let layout = std::alloc::Layout::from_size_align(BYTES, INT_BYTES).ok()?;
+        // SAFETY: the layout is not zero-sized.
+        let p = unsafe { std::alloc::alloc(layout) };
+        (!p.is_null()).then_some(p as usize)
+    }
+}
+
+/// The address of CPython's int 0 when its cached ints 0-255 lie one after another,
+/// [`INT_BYTES`] apart (making each permanent, as the table does).
 ///
-/// The int objects are made on first use, not all at once: frequent ids then tend to sit
-/// together in memory (they show up early). An id's place in the table is prefetched some
-/// ids ahead, and so is the int itself where it is counted (a reference count is a write
-/// to it), so that the misses overlap instead of queueing.
+/// # Safety
+/// The GIL must be held.
+unsafe fn small_ints() -> Option<usize> {
+    let zero = ffi::PyLong_FromLong(0);
+    if zero.is_null() {
+        ffi::PyErr_Clear();
+        return None;
+    }
+    for v in 0..1usize << BLOCK_BITS {
+        let p = ffi::PyLong_FromLong(v as std::ffi::c_long);
+        if p.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        if p as usize != zero as usize + v * INT_BYTES {
+            ffi::Py_DECREF(p);
+            return None;
+        }
+        // (the reference is kept for good, as the table keeps its ints)
+        permanence::make(p);
+    }
+    Some(zero as usize)
+}
+
+/// Writes at `p` (32 bytes) the one-digit int `v` with `header` (its first 24 bytes, the
+/// reference count already permanent).
+///
+/// # Safety
+/// `p` must be valid for 32 bytes of writes and aligned to 8.
+unsafe fn write_int(p: *mut u8, header: &[u8; 24], v: u32) {
+    std::ptr::copy_nonoverlapping(header.as_ptr(), p, 24);
+    (p.add(24) as *mut u32).write(v);
+    (p.add(28) as *mut u32).write(0);
+}
+
+/// Writes the int object of each of `n` ids into `items[0..n]`, `id(i)` giving the `i`-th
+/// id: the laid-out ints where they cover `enc` ([`int_places`]), else the ints of
+/// [`INTS`]. `id(i)` is asked for before place `i` is written, and ids of later places are
+/// asked for ahead of time (to prefetch), so the ids may live in `items` itself. On an
+/// error (no memory for an int) it gives the number of places written: those after them
+/// are as they were.
+///
+/// The table's int objects are made on first use, not all at once: frequent ids then tend
+/// to sit together in memory (they show up early). An id's place in the table is
+/// prefetched some ids ahead, and so is the int itself where it is counted (a reference
+/// count is a write to it), so that the misses overlap instead of queueing.
 ///
 /// Every id is below `enc`'s id count, so the table is sized from that, without a pass
 /// over the ids.
@@ -117,6 +349,12 @@ pub use permanence::PERMANENT;
 /// `items` must be valid for writes of `n` places, `id(i)` valid for every `i < n`, and
 /// the GIL held.
 pub unsafe fn put_ints(py: Python<'_>, enc: &Encoder, n: usize, id: impl Fn(usize) -> Rank, items: *mut *mut ffi::PyObject) -> Result<(), (usize, PyErr)> {
+    if let Some(places) = int_places(enc) {
+        for i in 0..n {
+            *items.add(i) = places.get(id(i));
+        }
+        return Ok(());
+    }
     // Nothing between taking the lock and dropping it runs Python code: ints are not
     // tracked by the garbage collector. Anything that may start a collection (allocating
     // the list) happens before the lock is taken.

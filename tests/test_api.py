@@ -538,6 +538,71 @@ def test_returned_ids_are_shared_ints_whose_counts_stay_right(cl100k):
     assert (sys.getrefcount(hello) >= 2**30) == permanent
 
 
+def test_every_id_comes_back_as_an_int_of_its_value():
+    """Each id becomes an int object that exists ahead of time, found by computing where
+    it lies (blocks of 256 ids, segments of 65,536) or, where ints cannot be laid out so,
+    from a table. A vocabulary of 266,496 ids, three-letter tokens keeping each piece of
+    a text whole, puts every id from 256 on into a list, across five segments, through
+    each way a list is made: a short text's ids, a long text's ids written straight into
+    its list, and a batch. Ids 0-255 must be CPython's own small ints, as in tiktoken's
+    lists."""
+    alphabet = [chr(c) for c in range(0x21, 0x21 + 64)]
+    ranks = {bytes([b]): b for b in range(256)}
+    for a in alphabet:
+        for b in alphabet:
+            ranks[(a + b).encode()] = len(ranks)
+    first_three = len(ranks)
+    for a in alphabet:
+        for b in alphabet:
+            for c in alphabet:
+                ranks[(a + b + c).encode()] = len(ranks)
+    special = len(ranks) + 1000
+    enc = tokenmill.Encoding("ints", pat_str=r".{1,3}", mergeable_ranks=ranks, special_tokens={"<|end|>": special})
+    tokens = [t for t, r in ranks.items() if r >= first_three]
+    import random
+    random.Random(5).shuffle(tokens)
+    text = b"".join(tokens).decode()
+    want = [ranks[t] for t in tokens]
+    assert len(text) > 1 << 17  # long enough to be written straight into its list
+
+    whole = enc.encode_ordinary(text)
+    assert whole == want
+    step = 3 * 5000
+    chunks = [text[i:i + step] for i in range(0, len(text), step)]
+    assert [i for c in chunks for i in enc.encode_ordinary(c)] == want
+    assert [i for ids in enc.encode_ordinary_batch(chunks, num_threads=2) for i in ids] == want
+    assert all(type(i) is int for i in whole)
+    assert enc.decode_bytes(whole) == text.encode()
+    # Two-letter tokens and single bytes (the text's last piece), and a special token.
+    for piece in ["!!", "!\"", "``", "!", "`", "~"]:
+        assert enc.encode_ordinary(piece) == [ranks[piece.encode()]]
+    assert enc.encode("<|end|>", allowed_special="all") == [special]
+    for b in range(128):
+        if chr(b) != "\n":  # (which the pattern's dot does not take)
+            (small,) = enc.encode_ordinary(chr(b))
+            assert small == b and small is int(str(b))
+
+
+def test_ids_of_a_vocabulary_with_a_distant_id_come_back_right():
+    """A special token's id far above the others: its ints are not laid out ahead (that
+    would take 32 bytes for every id below it) but made on first use and kept in a table;
+    above 2**21, made afresh for each place. Either way, in every kind of list, as
+    tiktoken."""
+    ranks = {bytes([b]): b for b in range(256)}
+    ranks.update({b"ab": 256, b" c": 257, b"abc": 258})
+    for far in (2**20 + 7, 2**21 + 3):
+        args = dict(pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={"<|far|>": far})
+        tm = tokenmill.Encoding(f"far{far}", **args)
+        tt = tiktoken.Encoding(f"far{far}", **args)
+        short = "abc ab <|far|> c\u00e9"
+        long = short * 12000  # past 128 KiB: straight into its list
+        for text in (short, long):
+            want = tt.encode(text, allowed_special="all")
+            assert far in want
+            assert tm.encode(text, allowed_special="all") == want
+        assert tm.encode_batch([short] * 3000, allowed_special="all", num_threads=2) == [tt.encode(short, allowed_special="all")] * 3000
+
+
 # ----------------------------------------------------------------------------------------
 # Batch encoding
 # ----------------------------------------------------------------------------------------
