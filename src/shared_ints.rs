@@ -181,6 +181,10 @@ pub struct IntPlaces {
     segments: [usize; MAX_SHARED_INT >> SEGMENT_BITS],
     /// Ids below this have their int.
     count: usize,
+    /// Where the segments lie, one after another, when they were mapped as one range
+    /// (on Unix; `range_len` is 0 elsewhere): every object in it is one of these ints.
+    range_base: usize,
+    range_len: usize,
 }
 
 impl IntPlaces {
@@ -189,6 +193,19 @@ impl IntPlaces {
     pub fn get(&self, id: Rank) -> *mut ffi::PyObject {
         let id = id as usize;
         (self.blocks[(id >> BLOCK_BITS) % BLOCKS] + (id & ((1 << BLOCK_BITS) - 1)) * INT_BYTES) as *mut ffi::PyObject
+    }
+
+    /// The value of `obj` when it is one of these ints (0-255 among CPython's, or one in
+    /// the mapped range), found from its address alone: decoding a list of them then reads
+    /// no int object. `None` for any other object.
+    #[inline(always)]
+    pub fn id_of(&self, obj: *mut ffi::PyObject) -> Option<Rank> {
+        let laid_out = (obj as usize).wrapping_sub(self.range_base);
+        if laid_out < self.range_len {
+            return Some((laid_out / INT_BYTES) as Rank);
+        }
+        let small = (obj as usize).wrapping_sub(self.blocks[0]);
+        (small < INT_BYTES << BLOCK_BITS).then_some((small / INT_BYTES) as Rank)
     }
 }
 
@@ -204,10 +221,15 @@ static PREPARING: Mutex<()> = Mutex::new(());
 /// The laid-out ints, if they cover every id of `enc`.
 #[inline]
 pub fn int_places(enc: &Encoder) -> Option<&'static IntPlaces> {
-    let p = PLACES.load(Ordering::Acquire);
+    laid_out_ints().filter(|places| places.count >= enc.vocab().id_count())
+}
+
+/// The laid-out ints, whatever ids they cover (none before the first [`prepare`], or where
+/// ints are not laid out).
+#[inline]
+pub fn laid_out_ints() -> Option<&'static IntPlaces> {
     // SAFETY: a published `IntPlaces` is leaked, never written again.
-    let places = unsafe { p.as_ref()? };
-    (places.count >= enc.vocab().id_count()).then_some(places)
+    unsafe { PLACES.load(Ordering::Acquire).as_ref() }
 }
 
 /// Makes the int of every id of `vocab` ahead of time (those below its highest id),
@@ -235,12 +257,14 @@ pub fn prepare(_py: Python<'_>, vocab: &Vocab) {
             NO_LAYOUT.store(true, Ordering::Relaxed);
             return;
         };
-        let mut places = Box::new(IntPlaces { blocks: [0; BLOCKS], segments: [0; MAX_SHARED_INT >> SEGMENT_BITS], count: 0 });
+        let mut places = Box::new(IntPlaces { blocks: [0; BLOCKS], segments: [0; MAX_SHARED_INT >> SEGMENT_BITS], count: 0, range_base: 0, range_len: 0 });
         match old {
             Some(o) => {
                 places.blocks = o.blocks;
                 places.segments = o.segments;
                 places.count = o.count;
+                places.range_base = o.range_base;
+                places.range_len = o.range_len;
             }
             None => {
                 let Some(small) = small_ints() else {
@@ -257,7 +281,7 @@ pub fn prepare(_py: Python<'_>, vocab: &Vocab) {
             let id = b << BLOCK_BITS;
             let s = id >> SEGMENT_BITS;
             if places.segments[s] == 0 {
-                let Some(segment) = new_segment() else { return };
+                let Some(segment) = new_segment(&mut places, s) else { return };
                 places.segments[s] = segment;
             }
             places.blocks[b] = places.segments[s] + (id % (1 << SEGMENT_BITS)) * INT_BYTES;
@@ -271,21 +295,38 @@ pub fn prepare(_py: Python<'_>, vocab: &Vocab) {
     }
 }
 
-/// Memory for one segment of ints, never freed. On Unix it is mapped apart from the heap:
-/// taken from the heap, it would take memory that the allocator had free for the next
-/// lists, which then need new pages (in a process that had just loaded o200k_base, the
-/// first 1 MB text's list took 1,383 page faults instead of 445, 0.96x the speed).
-fn new_segment() -> Option<usize> {
-    const BYTES: usize = INT_BYTES << SEGMENT_BITS;
+/// Memory for segment `s` of ints, never freed. On Unix all segments lie in one range
+/// mapped at the first (address space for every id up to [`MAX_SHARED_INT`], 64 MiB, of
+/// which only the pages written take memory), apart from the heap: taken from the heap,
+/// a segment took memory that the allocator had free for the next lists, which then
+/// needed new pages (in a process that had just loaded o200k_base, the first 1 MB text's
+/// list took 1,383 page faults instead of 445, 0.96x the speed). One range also lets
+/// [`IntPlaces::id_of`] tell these ints by their address.
+fn new_segment(places: &mut IntPlaces, s: usize) -> Option<usize> {
+    const SEGMENT: usize = INT_BYTES << SEGMENT_BITS;
     #[cfg(unix)]
     {
-        // SAFETY: a new private anonymous mapping; nothing else refers to it.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        (p != libc::MAP_FAILED).then_some(p as usize)
+        if places.range_len == 0 {
+            let len = INT_BYTES * MAX_SHARED_INT;
+            // (on Linux, not counted against the memory that may be committed)
+            #[cfg(target_os = "linux")]
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            #[cfg(not(target_os = "linux"))]
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            // SAFETY: a new private anonymous mapping; nothing else refers to it.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            places.range_base = p as usize;
+            places.range_len = len;
+        }
+        Some(places.range_base + s * SEGMENT)
     }
     #[cfg(not(unix))]
     {
-        let layout = std::alloc::Layout::from_size_align(BYTES, INT_BYTES).ok()?;
+        let _ = (places, s);
+        let layout = std::alloc::Layout::from_size_align(SEGMENT, INT_BYTES).ok()?;
         // SAFETY: the layout is not zero-sized.
         let p = unsafe { std::alloc::alloc(layout) };
         (!p.is_null()).then_some(p as usize)

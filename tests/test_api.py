@@ -572,7 +572,14 @@ def test_every_id_comes_back_as_an_int_of_its_value():
     assert [i for c in chunks for i in enc.encode_ordinary(c)] == want
     assert [i for ids in enc.encode_ordinary_batch(chunks, num_threads=2) for i in ids] == want
     assert all(type(i) is int for i in whole)
+    # Decoding tells these ints by their address; ints made elsewhere are read.
     assert enc.decode_bytes(whole) == text.encode()
+    mixed = [int(str(i)) if k % 3 == 0 else i for k, i in enumerate(whole[:30000])]
+    assert enc.decode_bytes(mixed) == text.encode()[:90000]
+    assert enc.decode_bytes(list(range(256))) == bytes(range(256))
+    bytes_of = {r: t for t, r in ranks.items()}
+    ends = [256, first_three - 1, first_three, len(ranks) - 1]
+    assert enc.decode_bytes(ends) == b"".join(bytes_of[i] for i in ends)
     # Two-letter tokens and single bytes (the text's last piece), and a special token.
     for piece in ["!!", "!\"", "``", "!", "`", "~"]:
         assert enc.encode_ordinary(piece) == [ranks[piece.encode()]]
