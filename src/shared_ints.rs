@@ -17,7 +17,8 @@
 //! bytes apart in blocks of 256 ids ([`IntPlaces`]), so that an id's int is found by
 //! arithmetic instead of a read of a table of one pointer per id (1.6 MB for o200k_base,
 //! which the lists' building missed in the CPU's caches). A long text's ids then become
-//! ints as the engine writes them, with the GIL released. Elsewhere, for a vocabulary
+//! ints as the engine writes them, with the GIL released, and decoding tells these ints
+//! by their address without reading them ([`IntPlaces::id_of`]). Elsewhere, for a vocabulary
 //! whose ids are spread too thinly, or one of more than [`MAX_SHARED_INT`] ids, each int
 //! is made on its first use and kept in a table.
 
