@@ -1,4 +1,5 @@
-"""What encoding leaves behind in the caller's strings: tokenmill and its peers, in one run.
+"""What encoding leaves behind in the caller's strings, and what its lists of ids hold:
+tokenmill and its peers, in one run.
 
 CPython stores a ``str`` one, two or four bytes a character. A binding that asks it for
 the text as UTF-8 (``PyUnicode_AsUTF8AndSize``, which is what a PyO3 ``&str`` argument
@@ -9,8 +10,12 @@ fresh process:
 
 * ``strings``: ``sys.getsizeof`` summed over the documents, before and after one
   ``encode_ordinary`` call each (``sys.getsizeof`` counts a string's UTF-8 copy once it
-  has one); the ids are dropped as they come, and only their number is kept (the same for
-  every library that encodes exactly).
+  has one), and the number of ids (the same for every library that encodes exactly);
+* ``lists``: what the returned lists hold while they are kept, in ``sys.getsizeof``:
+  the lists themselves (8 bytes a place), and each distinct int object they refer to,
+  once, leaving out CPython's own cached ints (-5 to 256), which exist anyway. A library
+  that makes an int for every place pays for it at every place; one whose lists share an
+  int per id pays once per distinct id.
 
 (The process's resident memory is no measure of this: the copies mostly land in memory
 the process had freed already.)
@@ -49,12 +54,15 @@ def worker(spec: dict) -> None:
         encode("warm up")
         gc.collect()
         before = sum(map(sys.getsizeof, docs))
-        tokens = 0
-        for d in docs:
-            tokens += len(encode(d))
+        lists = [encode(d) for d in docs]
         gc.collect()
         after = sum(map(sys.getsizeof, docs))
-    Path(spec["out"]).write_text(json.dumps({"before": before, "after": after, "tokens": tokens}))
+        tokens = sum(map(len, lists))
+        list_bytes = sum(map(sys.getsizeof, lists))
+        ints = {id(x): x for ids in lists for x in ids if not -5 <= x <= 256 or x is not int(str(x))}
+        int_bytes = sum(map(sys.getsizeof, ints.values()))
+    Path(spec["out"]).write_text(json.dumps({"before": before, "after": after, "tokens": tokens, "lists": list_bytes,
+                                             "ints": int_bytes, "distinct": len(ints)}))
 
 
 def main() -> int:
@@ -78,8 +86,9 @@ def main() -> int:
     texts = [text for _, _, text in docs if not text.isascii()]
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
     print(f"text: the {len(texts):,} documents of {len(docs):,} that are not pure ASCII, {nbytes / 1e6:.2f} MB of UTF-8; "
-          f"{args.encoding}, one encode_ordinary call each, ids dropped")
-    print(f"  {'library':<14} {'strings MB before':>18} {'after':>8} {'x':>6} {'ids':>11}")
+          f"{args.encoding}, one encode_ordinary call each, the lists kept")
+    print(f"  {'library':<14} {'strings MB before':>18} {'after':>8} {'x':>6} {'ids':>11} {'lists MB':>9} "
+          f"{'ints MB':>8} {'int objects':>12}")
     with tempfile.TemporaryDirectory(prefix="encode_memory-") as tmp:
         path = os.path.join(tmp, "docs.json")
         Path(path).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
@@ -87,7 +96,8 @@ def main() -> int:
             res = run_fresh(__file__, {"lib": lib, "encoding": args.encoding, "docs": path, "vocab_file": vocab_file}, tmp)
             if res:
                 print(f"  {LIBRARIES[lib][2]:<14} {res['before'] / 1e6:>18.1f} {res['after'] / 1e6:>8.1f} "
-                      f"{res['after'] / res['before']:>6.2f} {res['tokens']:>11,}")
+                      f"{res['after'] / res['before']:>6.2f} {res['tokens']:>11,} {res['lists'] / 1e6:>9.1f} "
+                      f"{res['ints'] / 1e6:>8.1f} {res['distinct']:>12,}")
     return 0
 
 
