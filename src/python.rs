@@ -92,7 +92,7 @@ fn parse_policy(enc: &Encoder, allowed: &Bound<'_, PyAny>, disallowed: &Bound<'_
     Ok(SpecialPolicy { allowed, disallowed, extra_disallowed: extra })
 }
 
-/// `tokens` as a Python list of ints, taking its ints from the shared table
+/// `tokens` as a Python list of ints, the ints shared by every list
 /// ([`crate::shared_ints`]).
 ///
 /// The list is filled through the C API directly (its item array, each place once): with

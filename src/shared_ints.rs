@@ -340,25 +340,24 @@ fn new_segment(places: &mut IntPlaces, s: usize) -> Option<usize> {
 /// # Safety
 /// The GIL must be held.
 unsafe fn small_ints() -> Option<usize> {
-    let zero = ffi::PyLong_FromLong(0);
-    if zero.is_null() {
-        ffi::PyErr_Clear();
-        return None;
-    }
+    let mut zero = 0;
     for v in 0..1usize << BLOCK_BITS {
         let p = ffi::PyLong_FromLong(v as std::ffi::c_long);
         if p.is_null() {
             ffi::PyErr_Clear();
             return None;
         }
-        if p as usize != zero as usize + v * INT_BYTES {
+        if v == 0 {
+            zero = p as usize;
+        }
+        if p as usize != zero + v * INT_BYTES {
             ffi::Py_DECREF(p);
             return None;
         }
         // (the reference is kept for good, as the table keeps its ints)
         permanence::make(p);
     }
-    Some(zero as usize)
+    Some(zero)
 }
 
 /// Writes at `p` (32 bytes) the one-digit int `v` with `header` (its first 24 bytes, the

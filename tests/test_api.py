@@ -9,6 +9,7 @@ import gc
 import inspect
 import os
 import pickle
+import random
 import signal
 import subprocess
 import sys
@@ -559,7 +560,6 @@ def test_every_id_comes_back_as_an_int_of_its_value():
     special = len(ranks) + 1000
     enc = tokenmill.Encoding("ints", pat_str=r".{1,3}", mergeable_ranks=ranks, special_tokens={"<|end|>": special})
     tokens = [t for t, r in ranks.items() if r >= first_three]
-    import random
     random.Random(5).shuffle(tokens)
     text = b"".join(tokens).decode()
     want = [ranks[t] for t in tokens]
