@@ -140,16 +140,13 @@ fn encode_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>,
 /// The bytes of UTF-8 of `text` when they are at least [`DIRECT_LIST_FROM`] (a text whose
 /// ids go straight into the object returned), `None` for a shorter text.
 fn long_text_bytes(text: &Bound<'_, PyString>) -> PyResult<Option<usize>> {
+    // (where CPython's headers give no ASCII test, a Latin-1 text long enough to matter
+    // is counted)
+    let ascii = marked_ascii(text);
     // SAFETY: `text` is a str (these read its header).
-    let (ascii, kind, chars) = unsafe {
+    let (kind, chars) = unsafe {
         let p = text.as_ptr();
-        // (Python 3.14's headers have no ASCII test that PyO3 exposes: there a Latin-1
-        // text long enough to matter is counted)
-        #[cfg(not(Py_3_14))]
-        let ascii = ffi::PyUnicode_IS_ASCII(p) != 0;
-        #[cfg(Py_3_14)]
-        let ascii = false;
-        (ascii, ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
+        (ffi::PyUnicode_KIND(p), ffi::PyUnicode_GET_LENGTH(p) as usize)
     };
     // The most bytes of UTF-8 a character stored this wide can take.
     let widest = if ascii { 1 } else { (kind as usize + 1).min(4) };
@@ -319,10 +316,21 @@ fn storage<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Storage<'a>> {
     // SAFETY: `data` only reads the str's own storage, which never changes and lives as
     // long as `text`.
     Ok(match unsafe { text.data() }? {
+        PyStringData::Ucs1(b) if marked_ascii(text) => Storage::Ascii(b),
         PyStringData::Ucs1(b) => Storage::Latin1(b),
         PyStringData::Ucs2(u) => Storage::Ucs2(u),
         PyStringData::Ucs4(u) => Storage::Ucs4(u),
     })
+}
+
+/// Whether CPython marked `text` as pure ASCII (false where its headers give no way to
+/// ask: the text is then scanned instead).
+fn marked_ascii(text: &Bound<'_, PyString>) -> bool {
+    #[cfg(not(Py_3_14))]
+    // SAFETY: reads the header of a str.
+    return unsafe { ffi::PyUnicode_IS_ASCII(text.as_ptr()) != 0 };
+    #[cfg(Py_3_14)]
+    return false;
 }
 
 /// CPython's own `UnicodeEncodeError` for a str holding a lone surrogate (its message and
