@@ -330,7 +330,10 @@ fn marked_ascii(text: &Bound<'_, PyString>) -> bool {
     // SAFETY: reads the header of a str.
     return unsafe { ffi::PyUnicode_IS_ASCII(text.as_ptr()) != 0 };
     #[cfg(Py_3_14)]
-    return false;
+    {
+        let _ = text;
+        false
+    }
 }
 
 /// CPython's own `UnicodeEncodeError` for a str holding a lone surrogate (its message and
