@@ -14,7 +14,6 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyStringData};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::batch;
-use crate::bpe::Scratch;
 use crate::encoder::Encoder;
 use crate::error::{Error, Rank};
 use crate::ids_from_python::{ids_from, ids_in_place, note_array_types};
@@ -188,40 +187,13 @@ fn encode_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>,
             return Ok(list);
         }
     }
-    IDS.with(|cell| {
-        // (a call made while this thread's vector is in use, from a finalizer that runs
-        // while the list is made, gets a vector of its own)
-        let mut own = Vec::new();
-        let mut reused = cell.try_borrow_mut().ok();
-        let ids = reused.as_deref_mut().unwrap_or(&mut own);
-        ids.clear();
-        let encoded = with_text(py, text, |t| {
-            let scratch = &mut Scratch::default();
-            match policy {
-                Some(p) => enc.encode_into(t, p, ids, scratch),
-                None => enc.encode_ordinary_into(t, ids, scratch),
-            }
-        })?;
-        encoded.map_err(|e| to_py_err(py, e))?;
-        let list = list_of_ids(py, enc, ids);
-        if ids.capacity() > KEEP_IDS {
-            *ids = Vec::new();
-        }
-        list
-    })
+    let tokens = with_text(py, text, |t| match policy {
+        Some(p) => enc.encode(t, p),
+        None => enc.encode_ordinary(t),
+    })?
+    .map_err(|e| to_py_err(py, e))?;
+    list_of_ids(py, enc, &tokens)
 }
-
-thread_local! {
-    /// The ids of a text shorter than [`DIRECT_LIST_FROM`], before they become a list: one
-    /// vector per thread, kept from call to call. A vector per call, sized at one id per
-    /// three bytes, had to grow (and be copied) for a fifth of the long stream's documents
-    /// (cl100k), those in scripts it has few tokens for.
-    static IDS: std::cell::RefCell<Vec<Rank>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A thread's id vector grown past this many ids (by a text that came here rather than
-/// to [`encode_into_list`]) is freed after use.
-const KEEP_IDS: usize = 1 << 17;
 
 /// The bytes of UTF-8 of `text` when they are at least [`DIRECT_LIST_FROM`] (a text whose
 /// ids go straight into the object returned), `None` for a shorter text.
