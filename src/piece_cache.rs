@@ -140,6 +140,18 @@ const LONG_BITS: u32 = 16;
 pub const MAX_LONG_ENTRIES: usize = (1 << LONG_BITS) / 4 * 3;
 /// Longest piece the second level keeps.
 pub const MAX_LONG_KEY: usize = 255;
+/// Bits of the second level's presence filter (2^18 bits, 32 KiB): at most one set per
+/// entry, so that when it is full, 17% of the pieces it does not hold still find their bit
+/// set.
+const PRESENT_BITS: u32 = 18;
+
+/// The word and bit of the presence filter for a piece of this hash: its top bits (the
+/// slot comes from its low bits).
+#[inline(always)]
+fn present_bit(hash: u32) -> (usize, u64) {
+    let b = (hash >> (32 - PRESENT_BITS)) as usize;
+    (b / 64, 1 << (b % 64))
+}
 
 /// A second-level slot: where its entry starts in the pool, and the lengths of its key and
 /// tokens. `hash` is 0 for an empty slot (hashes are made odd).
@@ -161,6 +173,11 @@ fn key_words(len: usize) -> usize {
 pub struct PieceCache {
     owner: u32,
     slots: Box<[LongSlot]>,
+    /// One bit per hash value (see [`present_bit`]), set for every entry: most pieces
+    /// looked for here are not here (a short piece is, only if it has more than
+    /// [`MAX_TOKENS`] tokens), and a clear bit says so without reading a slot, a load that
+    /// usually misses the processor's caches.
+    present: Box<[u64]>,
     /// The entries: each key's bytes (in [`key_words`] words, in memory order), then its
     /// tokens. A hit reads one place for both, not one pool for keys and another for
     /// tokens.
@@ -254,7 +271,7 @@ impl CacheUse {
 
 impl PieceCache {
     fn new() -> Self {
-        Self { owner: 0, slots: Box::default(), pool: Vec::new(), len: 0, usage: CacheUse::default() }
+        Self { owner: 0, slots: Box::default(), present: Box::default(), pool: Vec::new(), len: 0, usage: CacheUse::default() }
     }
 
     #[inline]
@@ -271,6 +288,10 @@ impl PieceCache {
             return None;
         }
         let hash = Self::hash(piece);
+        let (word, bit) = present_bit(hash);
+        if self.present[word] & bit == 0 {
+            return None;
+        }
         let mask = self.slots.len() - 1;
         let mut i = hash as usize & mask;
         loop {
@@ -300,14 +321,18 @@ impl PieceCache {
         }
         if self.slots.is_empty() {
             self.slots = vec![LongSlot::default(); 1 << LONG_BITS].into_boxed_slice();
+            self.present = vec![0; 1 << (PRESENT_BITS - 6)].into_boxed_slice();
         }
         if self.owner != owner || self.len >= MAX_LONG_ENTRIES {
             self.slots.fill(LongSlot::default());
+            self.present.fill(0);
             self.pool.clear();
             self.len = 0;
             self.owner = owner;
         }
         let hash = Self::hash(piece);
+        let (word, bit) = present_bit(hash);
+        self.present[word] |= bit;
         let mask = self.slots.len() - 1;
         let mut i = hash as usize & mask;
         while self.slots[i].hash != 0 {
