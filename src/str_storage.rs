@@ -89,8 +89,8 @@ impl<'a> Storage<'a> {
     /// it has no UTF-8).
     pub fn utf8_len(self) -> usize {
         /// Summed in chunks of 2^13 characters, each into a `u16` (a character adds at
-        /// most 4, so a chunk at most 32768), which the compiler turns into sums of 8 or 16 lanes at once: five
-        /// times as fast as adding `usize`s one character at a time.
+        /// most 4, so a chunk at most 32768), which the compiler turns into sums of 8 or
+        /// 16 lanes at once: five times as fast as adding `usize`s one at a time.
         fn count<T: Copy + Into<u32>>(chars: &[T]) -> usize {
             chars.chunks(1 << 13).map(|chunk| {
                 chunk.iter().map(|&c| {
