@@ -124,57 +124,13 @@ impl Claims {
     }
 }
 
-/// The items of a batch as one thread makes them ready, in order, for the threads that
-/// claimed them: the caller's thread turns each Python `str` into UTF-8 (it holds the
-/// GIL, and the strs) while the pool threads already encode the texts made ready before it. Once the
-/// maker gives up (it met a text it cannot convert, or stopped early for any reason),
-/// every waiter, now or later, gets `None`, so that the helpers stop.
-pub struct Ready<T> {
-    items: Vec<std::sync::OnceLock<T>>,
-    given_up: AtomicBool,
-}
-
-impl<T> Ready<T> {
-    pub fn new(n: usize) -> Self {
-        Self { items: (0..n).map(|_| std::sync::OnceLock::new()).collect(), given_up: AtomicBool::new(false) }
-    }
-
-    /// Makes item `i` ready (once; a second value for it is ignored).
-    pub fn set(&self, i: usize, item: T) {
-        let _ = self.items[i].set(item);
-    }
-
-    /// Answers every waiter, now and later, with `None`.
-    pub fn give_up(&self) {
-        self.given_up.store(true, Ordering::Release);
-    }
-
-    /// Item `i`, once it is ready; `None` once the maker has given up. Spins, then yields:
-    /// the maker is expected to keep well ahead of the waiters.
-    pub fn wait(&self, i: usize) -> Option<&T> {
-        let mut spins = 0u32;
-        loop {
-            if self.given_up.load(Ordering::Acquire) {
-                return None;
-            }
-            if let Some(item) = self.items[i].get() {
-                return Some(item);
-            }
-            if spins < 64 {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
 /// Items made one at a time, in order, by one thread, and handed out in order to whichever
 /// thread asks next, each once and only once it is made: the taker gets the item itself
 /// (and frees it when done), so a batch need not keep every item until its end. The
 /// decoding batch's lists of ids go through one: the caller's thread reads them from
-/// Python (it holds the GIL) a window ahead of the objects it makes.
+/// Python (it holds the GIL) a window ahead of the objects it makes; so do the encoding
+/// batch's texts, whose UTF-8 the caller's thread makes while the pool threads encode
+/// the texts before.
 pub struct Feed<T> {
     items: Vec<Mutex<Option<T>>>,
     /// Items `0..made` are made.
@@ -212,6 +168,24 @@ impl<T> Feed<T> {
     /// once the items before it are handed out. `close(0)` stops every taker.
     pub fn close(&self, from: usize) {
         self.end.fetch_min(from, Ordering::Release);
+    }
+
+    /// The next item, waiting for it to be made (spinning, then yielding: the maker is
+    /// expected to keep well ahead of the takers); `None` once every item that will be made
+    /// is handed out.
+    pub fn next(&self) -> Option<(usize, T)> {
+        let mut spins = 0u32;
+        loop {
+            match self.take() {
+                Taken::Item(i, item) => return Some((i, item)),
+                Taken::Done => return None,
+                Taken::NotYet if spins < 64 => {
+                    spins += 1;
+                    std::hint::spin_loop();
+                }
+                Taken::NotYet => std::thread::yield_now(),
+            }
+        }
     }
 
     /// The next item, if it is made.
@@ -296,30 +270,6 @@ mod tests {
     }
 
     #[test]
-    fn waiters_get_each_item_once_ready_and_none_after_giving_up() {
-        let ready = Ready::<usize>::new(2000);
-        let claims = Claims::new(2000);
-        let sum = AtomicUsize::new(0);
-        let take = || {
-            while let Some(i) = claims.claim() {
-                sum.fetch_add(*ready.wait(i).expect("never given up"), Ordering::Relaxed);
-            }
-        };
-        with_helpers(vec![(); 3], |()| take(), || (0..2000).for_each(|i| ready.set(i, i * 3))).unwrap();
-        assert_eq!(sum.into_inner(), 3 * 1999 * 2000 / 2);
-
-        let ready = Ready::<u8>::new(3);
-        ready.set(0, 7);
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| (ready.wait(0), ready.wait(2)));
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            ready.give_up();
-            assert_eq!(waiter.join().unwrap(), (Some(&7), None));
-        });
-        assert_eq!(ready.wait(0), None);
-    }
-
-    #[test]
     fn a_feed_hands_out_each_made_item_once_in_order() {
         let feed = Feed::<usize>::new(5000);
         let got: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -350,6 +300,16 @@ mod tests {
         feed.push(1);
         feed.close(0);
         assert_eq!(feed.take(), Taken::Done);
+
+        // `next` waits for an item made later, and ends with the close.
+        let feed = Feed::<u8>::new(3);
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| (feed.next(), feed.next()));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            feed.push(9);
+            feed.close(1);
+            assert_eq!(taker.join().unwrap(), (Some((0, 9)), None));
+        });
     }
 
     #[test]

@@ -768,18 +768,23 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     }
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, Error)> = None;
-    let claims = batch::Claims::new(n);
-    let ready = batch::Ready::<Cow<str>>::new(n);
+    // Each text's UTF-8, handed to the thread that encodes it, which then frees it (a
+    // text that is not ASCII is a copy: kept to the end of the batch, they made the batch
+    // fault in as many new pages as they fill).
+    let feed = batch::Feed::<Cow<str>>::new(n);
+    // Runs whose lists are made, emptied, for the next run to fill: their vectors keep
+    // their room (and its pages), where each new run grew its own from nothing.
+    let spares: Mutex<Vec<Encoded>> = Mutex::new(Vec::new());
+    let spare = || spares.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
     let encode_run = |run: &mut Encoded| {
         while !run.full() {
-            let Some(i) = claims.claim() else { break };
-            let Some(text) = ready.wait(i) else { break }; // this thread gave up
-            run.add(i, |ids| enc.encode_in_batch(text, policy, threads, ids));
+            let Some((i, text)) = feed.next() else { break }; // all taken, or given up
+            run.add(i, |ids| enc.encode_in_batch(&text, policy, threads, ids));
         }
     };
     let (runs, senders) = Handover::<Encoded>::new(threads - 1);
     let helper = |tx: std::sync::mpsc::Sender<Encoded>| loop {
-        let mut run = Encoded::default();
+        let mut run = spare();
         encode_run(&mut run);
         if run.texts.is_empty() {
             break;
@@ -787,8 +792,8 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         let _ = tx.send(run); // the receiver outlives the helpers
     };
     let next_run = |wait: bool| runs.next(py, wait);
-    let mut take = |run: Encoded| -> PyResult<()> {
-        for (i, result) in run.texts {
+    let mut take = |mut run: Encoded| -> PyResult<()> {
+        for (i, result) in run.texts.drain(..) {
             match result {
                 Ok(range) => lists[i] = Some(list_of_ids(py, enc, &run.ids[range])?),
                 Err(e) => {
@@ -798,27 +803,30 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
                 }
             }
         }
+        // (a run that one long text made huge is not kept)
+        if run.ids.capacity() <= 4 * RUN_IDS {
+            run.ids.clear();
+            spares.lock().unwrap_or_else(|e| e.into_inner()).push(run);
+        }
         Ok(())
     };
     let this_thread = || -> PyResult<()> {
         // The texts' UTF-8, in order, while the helpers start on the first ones.
-        for (i, t) in texts.iter().enumerate() {
-            ready.set(i, text_utf8(t)?);
+        for t in texts {
+            feed.push(text_utf8(t)?);
         }
-        let mut own = Encoded::default();
         loop {
             // Whatever the helpers finished, then a run of this thread's own.
             while let Some(run) = next_run(false) {
                 take(run)?;
             }
-            own.ids.clear();
-            own.texts.clear();
+            let mut own = spare();
             py.detach(|| encode_run(&mut own));
             if !own.texts.is_empty() {
-                take(std::mem::take(&mut own))?;
+                take(own)?;
                 continue;
             }
-            // All claimed: the helpers' last runs, until they are done.
+            // All taken: the helpers' last runs, until they are done.
             match next_run(true) {
                 Some(run) => take(run)?,
                 None => return Ok(()),
@@ -826,7 +834,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         }
     };
     // (this thread fails on a text that is no valid UTF-8, or without memory for a list)
-    runs.run(py, senders, helper, this_thread, || ready.give_up())?;
+    runs.run(py, senders, helper, this_thread, || feed.close(0))?;
     if let Some((_, e)) = failed {
         return Err(to_py_err(py, e));
     }

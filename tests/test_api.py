@@ -639,6 +639,23 @@ def test_batch_one_huge_document_and_many_small(encs, corpus):
     assert got == expected
 
 
+def test_batch_of_many_runs_gives_each_text_its_own_ids(encs, corpus):
+    # Far more texts and ids than one run of a batch holds (runs are handed from thread to
+    # thread, emptied and filled again), of every size, with copies of non-ASCII texts
+    # freed as they are encoded and one text big enough to make its run too large to keep.
+    tm, tt = encs
+    rng = random.Random(5)
+    pool = corpus.lines[:2000] + corpus.docstrings[:500] + ["", "\n", "données 数据 😀 " * 50]
+    texts = [rng.choice(pool) + rng.choice(["", " ü", " 中文", "\n"]) for _ in range(6000)]
+    texts[3000] = "".join(corpus.texts)[:400_000]
+    expected = [tt.encode_ordinary(t) for t in texts]
+    assert sum(map(len, expected)) > 8 * 2**14 and len(expected[3000]) > 4 * 2**14
+    for threads in (2, 3):
+        got = tm.encode_ordinary_batch(texts, num_threads=threads)
+        bad = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+        assert len(got) == len(texts) and not bad, (threads, bad[:5])
+
+
 # One text of each way CPython stores a str (ASCII, Latin-1, UCS-2, UCS-4), with every
 # width of UTF-8 at the edges of the storage widths.
 STORED_TEXTS = {
