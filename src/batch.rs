@@ -110,27 +110,55 @@ where
 pub struct Claims {
     next: AtomicUsize,
     n: usize,
+    closed: AtomicBool,
 }
 
 impl Claims {
     pub fn new(n: usize) -> Self {
-        Self { next: AtomicUsize::new(0), n }
+        Self { next: AtomicUsize::new(0), n, closed: AtomicBool::new(false) }
     }
 
-    /// The next unclaimed item, or `None` once all are taken.
+    /// The next unclaimed item, or `None` once all are taken or the claims are closed.
     pub fn claim(&self) -> Option<usize> {
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         (i < self.n).then_some(i)
     }
+
+    /// No item is handed out from now on (a batch that failed or was interrupted stops).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Cuts items of the given sizes into bundles of consecutive items, each of a total size
+/// of at least `size` or of `count` items (the last of whatever is left), so that threads
+/// claiming bundles take turns at a shared counter about once per `size` of work, however
+/// small the items. Returns where each bundle ends: increasing, the last the item count.
+pub fn bundle_ends(sizes: impl IntoIterator<Item = usize>, size: usize, count: usize) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let (mut start, mut total, mut i) = (0, 0, 0);
+    for s in sizes {
+        i += 1;
+        total += s;
+        if total >= size || i - start >= count {
+            ends.push(i);
+            (start, total) = (i, 0);
+        }
+    }
+    if start < i {
+        ends.push(i);
+    }
+    ends
 }
 
 /// Items made one at a time, in order, by one thread, and handed out in order to whichever
 /// thread asks next, each once and only once it is made: the taker gets the item itself
 /// (and frees it when done), so a batch need not keep every item until its end. The
 /// decoding batch's lists of ids go through one: the caller's thread reads them from
-/// Python (it holds the GIL) a window ahead of the objects it makes; so do the encoding
-/// batch's texts, whose UTF-8 the caller's thread makes while the pool threads encode
-/// the texts before.
+/// Python (it holds the GIL) a window ahead of the objects it makes.
 pub struct Feed<T> {
     items: Vec<Mutex<Option<T>>>,
     /// Items `0..made` are made.
@@ -168,24 +196,6 @@ impl<T> Feed<T> {
     /// once the items before it are handed out. `close(0)` stops every taker.
     pub fn close(&self, from: usize) {
         self.end.fetch_min(from, Ordering::Release);
-    }
-
-    /// The next item, waiting for it to be made (spinning, then yielding: the maker is
-    /// expected to keep well ahead of the takers); `None` once every item that will be made
-    /// is handed out.
-    pub fn next(&self) -> Option<(usize, T)> {
-        let mut spins = 0u32;
-        loop {
-            match self.take() {
-                Taken::Item(i, item) => return Some((i, item)),
-                Taken::Done => return None,
-                Taken::NotYet if spins < 64 => {
-                    spins += 1;
-                    std::hint::spin_loop();
-                }
-                Taken::NotYet => std::thread::yield_now(),
-            }
-        }
     }
 
     /// The next item, if it is made.
@@ -267,6 +277,22 @@ mod tests {
         with_helpers(vec![(); 3], |()| work(), work).unwrap();
         assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1));
         assert_eq!(claims.claim(), None);
+
+        let claims = Claims::new(10);
+        assert_eq!((claims.claim(), claims.claim()), (Some(0), Some(1)));
+        claims.close();
+        assert_eq!(claims.claim(), None);
+    }
+
+    #[test]
+    fn bundles_cover_the_items_in_order() {
+        assert_eq!(bundle_ends([], 10, 4), Vec::<usize>::new());
+        assert_eq!(bundle_ends([3], 10, 4), vec![1]);
+        // By size: 3+3+3+3 reaches 10 at the fourth; a long item is a bundle of its own.
+        assert_eq!(bundle_ends([3, 3, 3, 3, 50, 1, 9], 10, 8), vec![4, 5, 7]);
+        // By count: many empty items.
+        assert_eq!(bundle_ends([0; 10], 10, 4), vec![4, 8, 10]);
+        assert_eq!(bundle_ends([0; 8], 10, 4), vec![4, 8]);
     }
 
     #[test]
@@ -301,15 +327,6 @@ mod tests {
         feed.close(0);
         assert_eq!(feed.take(), Taken::Done);
 
-        // `next` waits for an item made later, and ends with the close.
-        let feed = Feed::<u8>::new(3);
-        std::thread::scope(|s| {
-            let taker = s.spawn(|| (feed.next(), feed.next()));
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            feed.push(9);
-            feed.close(1);
-            assert_eq!(taker.join().unwrap(), (Some((0, 9)), None));
-        });
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::error::{Error, Rank};
 use crate::ids_from_python::{ids_from, ids_in_place, note_array_types};
 use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
-use crate::str_storage::{Storage, Unencodable};
+use crate::str_storage::{Storage, Unencodable, PARALLEL_ABOVE};
 use crate::shared_ints::put_ints;
 use crate::trainer;
 
@@ -686,18 +686,49 @@ fn str_from_utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &std::ffi::CStr) ->
 #[derive(Default)]
 struct Encoded {
     ids: Vec<Rank>,
-    texts: Vec<(usize, Result<std::ops::Range<usize>, Error>)>,
+    texts: Vec<(usize, Result<std::ops::Range<usize>, Failure>)>,
+}
+
+/// Why a text of a batch has no ids.
+enum Failure {
+    Engine(Error),
+    /// The str holds a lone surrogate (no UTF-8).
+    Unencodable(Unencodable),
+}
+
+impl Failure {
+    /// The exception for `text`'s failure.
+    fn into_py_err(self, py: Python<'_>, text: &Bound<'_, PyString>) -> PyErr {
+        match self {
+            Failure::Engine(e) => to_py_err(py, e),
+            Failure::Unencodable(at) => unencodable(text, at),
+        }
+    }
+}
+
+/// Encodes a batch's `text` on `threads` threads (see [`Encoder::encode_in_batch`]),
+/// appending its ids to `ids`. It is converted to UTF-8 here, in this thread's buffer; a
+/// text long enough to be cut into chunks for all threads is converted on all of them.
+fn encode_stored(enc: &Encoder, text: Storage<'_>, policy: Option<&SpecialPolicy>, threads: usize, ids: &mut Vec<Rank>) -> Result<(), Failure> {
+    let encoded = if threads > 1 && text.chars() >= PARALLEL_ABOVE {
+        text.to_cow_on(threads).map(|utf8| enc.encode_in_batch(&utf8, policy, threads, ids))
+    } else {
+        text.with_utf8(|utf8| enc.encode_in_batch(utf8, policy, threads, ids))
+    };
+    encoded.map_err(Failure::Unencodable)?.map_err(Failure::Engine)
 }
 
 impl Encoded {
-    /// Encodes text `i` at the end of this run.
-    fn add(&mut self, i: usize, encode: impl FnOnce(&mut Vec<Rank>) -> Result<(), Error>) {
+    /// Encodes text `i` at the end of this run; false if it failed.
+    fn add(&mut self, i: usize, encode: impl FnOnce(&mut Vec<Rank>) -> Result<(), Failure>) -> bool {
         let start = self.ids.len();
         let result = encode(&mut self.ids);
-        if result.is_err() {
+        let ok = result.is_ok();
+        if !ok {
             self.ids.truncate(start);
         }
         self.texts.push((i, result.map(|_| start..self.ids.len())));
+        ok
     }
 
     /// Whether the run is long enough to hand over.
@@ -736,16 +767,17 @@ const RUN_TEXTS: usize = 256;
 
 /// Encodes a batch into a Python list of lists of ints. Building the lists needs the GIL,
 /// so only this thread can do it. It is one of the `threads` that encode: `threads - 1`
-/// pool threads claim texts in order and send their ids here in runs, and this thread
-/// builds the lists of each run as soon as it arrives and, while none is waiting, claims
-/// and encodes a run of its own (with the GIL released, as when it waits at the end). So
-/// there are never more threads at work than cores (the pool encoding with all `threads`
-/// while this thread built the lists left three busy threads on two cores).
+/// pool threads claim bundles of texts in order and send their ids here in runs, and this
+/// thread builds the lists of each run as soon as it arrives and, while none is waiting,
+/// claims and encodes a run of its own (with the GIL released, as when it waits at the
+/// end). So there are never more threads at work than cores (the pool encoding with all
+/// `threads` while this thread built the lists left three busy threads on two cores).
 ///
-/// Before all that, this thread makes each text's UTF-8 ([`text_utf8`]: a few ms for a
-/// few MB of text that is not ASCII), handing the texts over one by one as the pool
-/// threads encode the ones before: done first, on its own, it was the part of a two-thread
-/// batch that did not run in parallel.
+/// Before that, this thread only looks at each str's header (where its characters are
+/// stored, and how wide they are) and cuts the batch into [bundles](BUNDLE_CHARS); the
+/// thread that encodes a text makes its UTF-8, in that thread's own buffer. Made here, the
+/// UTF-8 of text that is not ASCII (a few ms for a few MB) was work that no other thread
+/// could share, and one batch of 16 threads ran at the speed of 8 (see PERFORMANCE.md).
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
@@ -757,29 +789,48 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
             chars < SMALL_BATCH
         })
     };
-    if n <= 1 || threads <= 1 || small() {
+    let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
+    if n <= 1 || small() {
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
         let threads = if n <= 1 { threads } else { 1 };
-        let texts = texts.iter().map(text_utf8).collect::<PyResult<Vec<_>>>()?;
-        let out = py.detach(|| enc.encode_batch(&texts, policy, threads)).map_err(|e| to_py_err(py, e))?;
+        let mut out = Vec::with_capacity(n);
+        let mut failed = None;
+        py.detach(|| {
+            for (i, &text) in stored.iter().enumerate() {
+                let mut ids = Vec::with_capacity(text.chars() / 3 + 1);
+                if let Err(e) = encode_stored(enc, text, policy, threads, &mut ids) {
+                    failed = Some((i, e));
+                    break;
+                }
+                out.push(ids);
+            }
+        });
+        if let Some((i, e)) = failed {
+            return Err(e.into_py_err(py, &texts[i]));
+        }
         let lists = out.iter().map(|t| list_of_ids(py, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
+    let bundles = batch::bundle_ends(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
+    let claims = batch::Claims::new(bundles.len());
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
-    let mut failed: Option<(usize, Error)> = None;
-    // Each text's UTF-8, handed to the thread that encodes it, which then frees it (a
-    // text that is not ASCII is a copy: kept to the end of the batch, they made the batch
-    // fault in as many new pages as they fill).
-    let feed = batch::Feed::<Cow<str>>::new(n);
+    let mut failed: Option<(usize, PyErr)> = None;
     // Runs whose lists are made, emptied, for the next run to fill: their vectors keep
     // their room (and its pages), where each new run grew its own from nothing.
     let spares: Mutex<Vec<Encoded>> = Mutex::new(Vec::new());
     let spare = || spares.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
     let encode_run = |run: &mut Encoded| {
         while !run.full() {
-            let Some((i, text)) = feed.next() else { break }; // all taken, or given up
-            run.add(i, |ids| enc.encode_in_batch(&text, policy, threads, ids));
+            let Some(b) = claims.claim() else { break }; // all taken, or given up
+            let (start, end) = (if b == 0 { 0 } else { bundles[b - 1] }, bundles[b]);
+            for (i, &text) in (start..end).zip(&stored[start..end]) {
+                if !run.add(i, |ids| encode_stored(enc, text, policy, threads, ids)) {
+                    // Every text before this one is claimed (bundles go in order), so the
+                    // batch's first failure is among those claimed: nothing more to start.
+                    claims.close();
+                }
+            }
         }
     };
     let (runs, senders) = Handover::<Encoded>::new(threads - 1);
@@ -796,11 +847,8 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         for (i, result) in run.texts.drain(..) {
             match result {
                 Ok(range) => lists[i] = Some(list_of_ids(py, enc, &run.ids[range])?),
-                Err(e) => {
-                    if !failed.as_ref().is_some_and(|(j, _)| *j < i) {
-                        failed = Some((i, e));
-                    }
-                }
+                Err(e) if !failed.as_ref().is_some_and(|(j, _)| *j < i) => failed = Some((i, e.into_py_err(py, &texts[i]))),
+                Err(_) => {}
             }
         }
         // (a run that one long text made huge is not kept)
@@ -810,11 +858,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         }
         Ok(())
     };
-    let this_thread = || -> PyResult<()> {
-        // The texts' UTF-8, in order, while the helpers start on the first ones.
-        for t in texts {
-            feed.push(text_utf8(t)?);
-        }
+    let mut this_thread = || -> PyResult<()> {
         loop {
             // Whatever the helpers finished, then a run of this thread's own.
             while let Some(run) = next_run(false) {
@@ -833,13 +877,27 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
             }
         }
     };
-    // (this thread fails on a text that is no valid UTF-8, or without memory for a list)
-    runs.run(py, senders, helper, this_thread, || feed.close(0))?;
+    if threads <= 1 {
+        // This thread alone, run by run: each run's lists are made while its ids are still
+        // in the caches, and its vectors are reused (encoding every text first, then making
+        // every list, ran many short texts at 0.7 times the speed).
+        this_thread()?;
+    } else {
+        // (this thread fails only without memory for a list)
+        runs.run(py, senders, helper, this_thread, || claims.close())?;
+    }
     if let Some((_, e)) = failed {
-        return Err(to_py_err(py, e));
+        return Err(e);
     }
     PyList::new(py, lists.into_iter().map(|l| l.expect("every text was encoded")))
 }
+
+/// A batch's texts are claimed by its threads a bundle at a time: consecutive texts of
+/// together at least this many characters (or [`BUNDLE_TEXTS`] texts). Claimed one at a
+/// time, a batch of many short lines kept its 16 threads busy taking turns at the one
+/// counter that hands them out: more threads made it slower (see PERFORMANCE.md).
+const BUNDLE_CHARS: usize = 4096;
+const BUNDLE_TEXTS: usize = 64;
 
 /// `tokens` as native-endian uint32 bytes, copied once (not into a zeroed object).
 fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {

@@ -753,18 +753,41 @@ def test_str_subclasses_are_read_too(cl100k):
 
 @pytest.mark.parametrize("at", [0, 1, 1999, 3999])
 def test_batch_with_a_lone_surrogate_anywhere(cl100k, at):
-    """The pool starts encoding while the texts are still being converted to UTF-8: a text
-    that cannot be converted, early or late, must stop the call with CPython's own error
-    (no hang), and the public call then encodes the batch as tiktoken does."""
+    """Each text is converted to UTF-8 by the thread that encodes it: a text that cannot be
+    converted, early or late, must stop the call with CPython's own error (no hang), and
+    the public call then encodes the batch as tiktoken does."""
     tm, tt = cl100k
     texts = [f"línea {i}: ¿qué tal? данные 数据 😀 " * (i % 5 + 1) for i in range(4000)]
     texts[at] = texts[at][:7] + "\ud800" + texts[at][7:]
-    for threads in (2, 8):
-        with pytest.raises(UnicodeEncodeError):
+    for threads in (1, 2, 8):
+        with pytest.raises(UnicodeEncodeError) as raised:
             tm._core_bpe.encode_ordinary_batch(texts, threads)
+        assert raised.value.start == 7 and raised.value.object == texts[at]
         got = tm.encode_ordinary_batch(texts, num_threads=threads)
         assert got[at] == tt.encode_ordinary(texts[at])
         assert got == [tt.encode_ordinary(t) for t in texts]
+
+
+@pytest.mark.parametrize("where", ["alone", "among others"])
+def test_batch_with_a_long_text_that_is_not_ascii(cl100k, corpus, where):
+    """A text long enough to be cut into chunks for every thread is converted to UTF-8 in
+    parts on every thread too: its ids are the whole text's, and a lone surrogate in it is
+    reported at its own index, whichever part it falls in."""
+    tm, tt = cl100k
+    long = ("".join(corpus.texts) + " données 数据 😀 ")[:700_000]
+    assert len(long) == 700_000 and not long.isascii()
+    others = corpus.lines[:500] if where == "among others" else []
+    texts = others + [long] + others
+    expected = [tt.encode_ordinary(t) for t in texts]
+    for threads in (1, 2, 4):
+        assert tm.encode_ordinary_batch(texts, num_threads=threads) == expected, threads
+    for at in (0, 350_001, 699_999):
+        bad = texts[:]
+        bad[len(others)] = long[:at] + "\udfff" + long[at + 1:]
+        for threads in (1, 4):
+            with pytest.raises(UnicodeEncodeError) as raised:
+                tm._core_bpe.encode_ordinary_batch(bad, threads)
+            assert raised.value.start == at, (at, threads)
 
 
 def test_concurrent_batches_some_failing(cl100k):
