@@ -21,11 +21,16 @@ documents of a JSON list given by ``--docs`` (``--save-docs`` writes that file),
 machines can be measured on the same text. Nothing is downloaded: vocabularies come from
 tiktoken's cache (``TIKTOKEN_CACHE_DIR``).
 
+``--libs tokenmill-arrays`` adds tokenmill's ``encode_batch_to_numpy(texts,
+disallowed_special=())``: the same ids, in one numpy array with offsets, and no Python
+list or int made (which only the calling thread can make).
+
 Usage:
     python benches/thread_scaling.py [--mb 20] [--encodings cl100k_base o200k_base]
         [--threads 1 2 4 8 16] [--batches docs lines tail] [--repeat 1]
     python benches/thread_scaling.py --save-docs docs.json     # write the text and stop
     python benches/thread_scaling.py --docs docs.json          # measure on that text
+    python benches/thread_scaling.py --libs tokenmill tokenmill-arrays tiktoken
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
 LIBS = ("tokenmill", "tiktoken")
+# tokenmill's encode_batch_to_numpy: the same batches, ids into one array (no lists made)
+ARRAYS = "tokenmill-arrays"
 BATCHES = ("docs", "lines", "tail")
 
 
@@ -74,7 +81,8 @@ def cpu_seconds() -> float:
 
 
 def worker(spec: dict) -> None:
-    module = __import__(spec["lib"])
+    arrays = spec["lib"] == ARRAYS
+    module = __import__("tokenmill" if arrays else spec["lib"])
     ref = module.get_encoding(spec["encoding"])
     enc = module.Encoding(
         spec["encoding"], pat_str=ref._pat_str, mergeable_ranks=ref._mergeable_ranks, special_tokens=ref._special_tokens
@@ -86,13 +94,20 @@ def worker(spec: dict) -> None:
     gc.disable()
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
-    out = enc.encode_ordinary_batch(texts, num_threads=spec["threads"])
+    if arrays:
+        flat, offsets = enc.encode_batch_to_numpy(texts, num_threads=spec["threads"], disallowed_special=())
+    else:
+        out = enc.encode_ordinary_batch(texts, num_threads=spec["threads"])
     seconds = time.perf_counter() - t0
     cpu = cpu_seconds() - cpu0
     gc.enable()
     digest = hashlib.sha256()
-    for ids in out:
-        digest.update(array("I", ids).tobytes() + b"\xff\xff\xff\xff")
+    if arrays:
+        for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            digest.update(flat[start:end].tobytes() + b"\xff\xff\xff\xff")
+    else:
+        for ids in out:
+            digest.update(array("I", ids).tobytes() + b"\xff\xff\xff\xff")
     Path(spec["out"]).write_text(json.dumps({"seconds": seconds, "cpu": cpu, "digest": digest.hexdigest()}))
 
 
@@ -118,7 +133,8 @@ def main() -> int:
     ap.add_argument("--encodings", nargs="+", default=["cl100k_base", "o200k_base"])
     ap.add_argument("--threads", nargs="+", type=int, help="thread counts (default: 1, 2, 4, ... up to the usable cores)")
     ap.add_argument("--batches", nargs="+", default=list(BATCHES), choices=BATCHES)
-    ap.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
+    ap.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS + (ARRAYS,),
+                    help=f"libraries (default: {' '.join(LIBS)}); {ARRAYS}: tokenmill's encode_batch_to_numpy")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per figure; the best is kept")
     args = parse_or_work(ap, worker)
     if args is None:
@@ -139,7 +155,7 @@ def main() -> int:
         return 0
 
     counts = args.threads or default_threads()
-    print("\n".join(header_lines([(lib, lib) for lib in args.libs])))
+    print("\n".join(header_lines([(lib, lib) for lib in dict.fromkeys("tokenmill" if lib == ARRAYS else lib for lib in args.libs)])))
     print(f"usable cores: {usable_cores()}; thread counts: {' '.join(map(str, counts))}")
     for batch in args.batches:
         texts = cut(docs, batch)
@@ -192,8 +208,9 @@ def print_table(name: str, batch: str, nbytes: int, counts: List[int], libs: Lis
         if "tokenmill" in libs:
             res = best.get(("tokenmill", n))
             row += f" {fmt(res['cpu'] / res['seconds'] if res else None, '.1f'):>9}"
-        ref, tm_res = best.get(("tiktoken", n)), best.get(("tokenmill", n))
-        same = "?" if not (ref and tm_res) else "yes" if ref["digest"] == tm_res["digest"] else "NO"
+        ref = best.get(("tiktoken", n))
+        mine = [best[(lib, n)] for lib in (("tokenmill", ARRAYS)) if (lib, n) in best]
+        same = "?" if not (ref and mine) else "yes" if all(r["digest"] == ref["digest"] for r in mine) else "NO"
         row += f" {same:>9}"
         print(row)
 

@@ -892,6 +892,77 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     PyList::new(py, lists.into_iter().map(|l| l.expect("every text was encoded")))
 }
 
+/// Encodes a batch into one array of ids, every text's after the one before, and where
+/// each text's ids end (for `Encoding.encode_batch_to_numpy`): native-endian uint32 ids
+/// and int64 offsets, `texts.len() + 1` of them from 0, as bytes. No Python object is
+/// made per text or per id, so, unlike a batch of lists, the calling thread has nothing
+/// to do that the other threads cannot share: it waits while they encode (bundles of
+/// texts, as in [`encode_batch_to_lists`]), then copies their ids into the result.
+fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    use ffi::compat::{PyBytesWriter_Create, PyBytesWriter_FinishWithSize, PyBytesWriter_GetData};
+    let n = texts.len();
+    let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
+    let chars: usize = stored.iter().map(|s| s.chars()).sum();
+    // (a small batch on this thread; one long text still cut into chunks for all threads)
+    let threads = if chars < SMALL_BATCH && n > 1 { 1 } else { threads.min(batch::available_cores()) };
+    let ends = batch::bundle_ends(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
+    let bundles: Vec<(usize, usize)> = ends.iter().scan(0, |start, &end| Some((std::mem::replace(start, end), end))).collect();
+    // Each bundle's ids, and where each of its texts' ids end; or its first failure.
+    type Bundle = Result<(Vec<Rank>, Vec<usize>), (usize, Failure)>;
+    let mut encoded: Vec<Bundle> = py
+        .detach(|| {
+            batch::map(&bundles, threads, |&(start, end)| {
+                let mut ids = Vec::new();
+                let mut text_ends = Vec::with_capacity(end - start);
+                for (i, &text) in (start..end).zip(&stored[start..end]) {
+                    if let Err(f) = encode_stored(enc, text, policy, threads, &mut ids) {
+                        return Ok(Err((i, f)));
+                    }
+                    text_ends.push(ids.len());
+                }
+                Ok(Ok((ids, text_ends)))
+            })
+        })
+        .map_err(|e| to_py_err(py, e))?;
+    // (bundles in order, each stopped at its first failure: the first failed bundle holds
+    // the batch's first failure)
+    if let Some(k) = encoded.iter().position(Result::is_err) {
+        if let Err((i, failure)) = encoded.swap_remove(k) {
+            return Err(failure.into_py_err(py, &texts[i]));
+        }
+    }
+    let mut offsets: Vec<i64> = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    let mut total = 0;
+    for (ids, text_ends) in encoded.iter().flatten() {
+        offsets.extend(text_ends.iter().map(|&e| (total + e) as i64));
+        total += ids.len();
+    }
+    const ID: usize = std::mem::size_of::<Rank>();
+    // SAFETY: the writer belongs to this call until it is finished or discarded; exactly
+    // its `total * ID` bytes are written, each bundle's ids after those before it.
+    let ids = unsafe {
+        let writer = PyBytesWriter_Create((total * ID) as ffi::Py_ssize_t);
+        if writer.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let data = PyBytesWriter_GetData(writer) as *mut Rank;
+        let mut at = 0;
+        for (ids, _) in encoded.iter().flatten() {
+            std::ptr::copy_nonoverlapping(ids.as_ptr(), data.add(at), ids.len());
+            at += ids.len();
+        }
+        let obj = PyBytesWriter_FinishWithSize(writer, (total * ID) as ffi::Py_ssize_t);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        Bound::from_owned_ptr(py, obj).cast_into_unchecked::<PyBytes>()
+    };
+    // SAFETY: every offset is eight plain bytes; the slice covers exactly their memory.
+    let raw = unsafe { std::slice::from_raw_parts(offsets.as_ptr() as *const u8, std::mem::size_of_val(offsets.as_slice())) };
+    Ok((ids, PyBytes::new(py, raw)))
+}
+
 /// A batch's texts are claimed by its threads a bundle at a time: consecutive texts of
 /// together at least this many characters (or [`BUNDLE_TEXTS`] texts). Claimed one at a
 /// time, a batch of many short lines kept its 16 threads busy taking turns at the one
@@ -960,6 +1031,14 @@ impl PyCoreBPE {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
         let enc = &self.inner;
         encode_batch_to_lists(py, enc, &texts, Some(&policy), num_threads)
+    }
+
+    /// `(ids, offsets)` of a batch as bytes: native-endian uint32 ids of every text, one
+    /// after the other, and int64 offsets (text `i`'s ids are `ids[offsets[i]:offsets[i + 1]]`).
+    #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
+    fn encode_batch_to_bytes<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        encode_batch_flat(py, &self.inner, &texts, Some(&policy), num_threads)
     }
 
     #[pyo3(signature = (texts, num_threads))]

@@ -790,6 +790,61 @@ def test_batch_with_a_long_text_that_is_not_ascii(cl100k, corpus, where):
             assert raised.value.start == at, (at, threads)
 
 
+def _flat(lists):
+    """What encode_batch_to_numpy should give for these lists of ids: all ids, and offsets."""
+    offsets = [0]
+    for ids in lists:
+        offsets.append(offsets[-1] + len(ids))
+    return [i for ids in lists for i in ids], offsets
+
+
+def test_encode_batch_to_numpy_is_every_texts_ids_one_after_the_other(encs, corpus):
+    """Real texts of every size (empty ones, lines, files, one text long enough to be cut
+    into chunks, non-ASCII), on one thread, on the pool, and as a batch small enough for
+    the calling thread: the ids are tiktoken's, in order, and the offsets mark each text's."""
+    np = pytest.importorskip("numpy")
+    tm, tt = encs
+    long = ("".join(corpus.texts) + " données 数据 😀 ")[:700_000]
+    batches = {
+        "mixed": corpus.texts[:30] + corpus.docstrings[:300] + ["", " ", "\n", "", long] + corpus.lines[:2000],
+        "small": ["hello world", "", "goodbye world"],
+        "one": [long],
+        "none": [],
+    }
+    for name, texts in batches.items():
+        want_ids, want_offsets = _flat([tt.encode(t) for t in texts])
+        for threads in (1, 2, 8):
+            ids, offsets = tm.encode_batch_to_numpy(texts, num_threads=threads)
+            assert ids.dtype == np.uint32 and offsets.dtype == np.int64, name
+            assert offsets.tolist() == want_offsets, (name, threads)
+            assert ids.tolist() == want_ids, (name, threads)
+    # disallowed_special=() is encode_ordinary; a lone surrogate is replaced, as tiktoken does
+    texts = ["a <|endoftext|> b", "lone \ud800 surrogate", "fine"]
+    ids, offsets = tm.encode_batch_to_numpy(texts, disallowed_special=(), num_threads=2)
+    assert (ids.tolist(), offsets.tolist()) == _flat([tt.encode_ordinary(t) for t in texts])
+
+
+def test_encode_batch_to_numpy_raises_as_encode_batch_does(cl100k):
+    """The first offending text's error, wherever the bundles and threads split the
+    batch; the same TypeError as encode_batch for an item that is no str."""
+    tm, tt = cl100k
+    docs = ["line %d of many" % i for i in range(5000)]
+    docs[4100] = "late <|endoftext|>"
+    docs[2600] = "early <|fim_prefix|>"
+    for threads in (1, 2, 4):
+        with pytest.raises(ValueError) as info:
+            tm.encode_batch_to_numpy(docs, num_threads=threads)
+        assert "<|fim_prefix|>" in str(info.value) and "<|endoftext|>" not in str(info.value)
+    ids, offsets = tm.encode_batch_to_numpy(docs, allowed_special="all", num_threads=2)
+    assert (ids.tolist(), offsets.tolist()) == _flat(tt.encode_batch(docs, allowed_special="all"))
+    with pytest.raises(TypeError):
+        tm.encode_batch_to_numpy(["fine", b"bytes"])
+    with pytest.raises(TypeError):
+        tm.encode_batch_to_numpy(["x"], num_threads=2.0)
+    with pytest.raises(ValueError):
+        tm.encode_batch_to_numpy(["x"], num_threads=0)
+
+
 def test_concurrent_batches_some_failing(cl100k):
     """Batches from several Python threads at once share the pool: those that stop early
     (a lone surrogate) must neither hang nor disturb the others."""

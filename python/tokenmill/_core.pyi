@@ -27,6 +27,10 @@ class CoreBPE:
         self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
     ) -> list[list[int]]: ...
     def encode_ordinary_batch(self, texts: Sequence[str], num_threads: int) -> list[list[int]]: ...
+    def encode_batch_to_bytes(
+        self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
+    ) -> tuple[bytes, bytes]:
+        """Native-endian uint32 ids of every text, one after the other, and int64 offsets."""
     def encode_with_unstable(
         self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed
     ) -> tuple[list[int], list[list[int]]]: ...

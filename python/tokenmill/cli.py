@@ -117,13 +117,19 @@ def cmd_encode(args: argparse.Namespace) -> int:
     texts = _read_texts(args.files, args.limit_mb)
     source = ", ".join(args.files) if args.files else "the Python standard library's sources (built-in default)"
     nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    threads = args.threads or tokenmill._core.available_cores()
     t0 = time.perf_counter()
-    if args.threads == 1:
-        ids = [enc.encode_ordinary(t) for t in texts]
+    if args.output:
+        # Straight into one array of ids: no Python list or int is made.
+        flat, _ = enc.encode_batch_to_numpy(texts, num_threads=threads, disallowed_special=())
+        ntok = len(flat)
     else:
-        ids = enc.encode_ordinary_batch(texts, num_threads=args.threads or tokenmill._core.available_cores())
+        if threads == 1:
+            ids = [enc.encode_ordinary(t) for t in texts]
+        else:
+            ids = enc.encode_ordinary_batch(texts, num_threads=threads)
+        ntok = sum(len(x) for x in ids)
     dt = time.perf_counter() - t0
-    ntok = sum(len(x) for x in ids)
     print(f"encoded {len(texts)} text(s) from {source}")
     print(f"  encoding:        {enc.name} ({enc.n_vocab:,} ids)")
     print(f"  bytes:           {nbytes:,}")
@@ -133,7 +139,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
     if args.output:
         import numpy as np
 
-        np.save(args.output, np.fromiter((i for x in ids for i in x), dtype=np.uint32, count=ntok))
+        np.save(args.output, flat)
         print(f"  ids written to:  {args.output}")
     return 0
 
