@@ -912,7 +912,8 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
     let mut encoded: Vec<Bundle> = py
         .detach(|| {
             batch::map(&bundles, threads, |&(start, end)| {
-                let mut ids = Vec::new();
+                // (room for about one id per three characters: a few grow once or twice)
+                let mut ids = Vec::with_capacity(stored[start..end].iter().map(|s| s.chars()).sum::<usize>() / 3 + 16);
                 let mut text_ends = Vec::with_capacity(end - start);
                 for (i, &text) in (start..end).zip(&stored[start..end]) {
                     if let Err(f) = encode_stored(enc, text, policy, threads, &mut ids) {
@@ -940,17 +941,31 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
     }
     const ID: usize = std::mem::size_of::<Rank>();
     // SAFETY: the writer belongs to this call until it is finished or discarded; exactly
-    // its `total * ID` bytes are written, each bundle's ids after those before it.
+    // its `total * ID` bytes are written, each bundle's ids after those before it (the
+    // parts are disjoint), all before it is finished.
     let ids = unsafe {
         let writer = PyBytesWriter_Create((total * ID) as ffi::Py_ssize_t);
         if writer.is_null() {
             return Err(PyErr::fetch(py));
         }
-        let data = PyBytesWriter_GetData(writer) as *mut Rank;
-        let mut at = 0;
-        for (ids, _) in encoded.iter().flatten() {
-            std::ptr::copy_nonoverlapping(ids.as_ptr(), data.add(at), ids.len());
-            at += ids.len();
+        // Each bundle's ids copied to their place by the pool (they are many MB for a
+        // batch of many MB), with the GIL released: nothing else can reach the writer.
+        let data = Places(PyBytesWriter_GetData(writer) as *mut Rank);
+        let parts: Vec<(usize, &[Rank])> = encoded
+            .iter()
+            .flatten()
+            .scan(0, |at, (ids, _)| Some((std::mem::replace(at, *at + ids.len()), ids.as_slice())))
+            .collect();
+        let copied = py.detach(|| {
+            batch::map(&parts, threads, |&(at, ids)| {
+                let data = &data;
+                std::ptr::copy_nonoverlapping(ids.as_ptr(), data.0.add(at), ids.len());
+                Ok(())
+            })
+        });
+        if let Err(e) = copied {
+            ffi::compat::PyBytesWriter_Discard(writer);
+            return Err(to_py_err(py, e));
         }
         let obj = PyBytesWriter_FinishWithSize(writer, (total * ID) as ffi::Py_ssize_t);
         if obj.is_null() {
