@@ -15,7 +15,8 @@ the way the project checks each change to the engine before it lands:
 * long runs of one character (letters, spaces, digits, line breaks: the run-by-run merge).
 
 Each text goes to ``encode_ordinary`` alone or, in one case in five, in a batch of 4 or 16
-texts on two threads (``encode_ordinary_batch``); its ids must equal tiktoken's
+texts on two threads (``encode_ordinary_batch``, or, every other batch when numpy is
+installed, ``encode_batch_to_numpy`` with ``disallowed_special=()``); its ids must equal tiktoken's
 ``encode_ordinary``, and ``decode_bytes`` of them must give the text's UTF-8 back. Every
 pretrained encoding found in tiktoken's cache takes part. The first difference stops the
 run: the encoding and the text are written (as Python ``repr``) to a file whose path is
@@ -131,8 +132,14 @@ def main(argv: List[str]) -> int:
     print(f"seed {args.seed}, {args.seconds:.0f} s, encodings {', '.join(names)}, "
           f"{len(documents):,} real documents")
 
+    try:
+        import numpy  # noqa: F401  (encode_batch_to_numpy's batches need it)
+
+        arrays = True
+    except ImportError:
+        arrays = False
     start = last = time.monotonic()
-    count = chars = 0
+    count = chars = batches = 0
     while time.monotonic() - start < args.seconds:
         name = rng.choice(names)
         reference, encoding = pairs[name]
@@ -140,8 +147,12 @@ def main(argv: List[str]) -> int:
         want = [reference.encode_ordinary(t) for t in batch]
         if len(batch) == 1:
             got = [encoding.encode_ordinary(batch[0])]
+        elif arrays and batches % 2:
+            ids, offsets = encoding.encode_batch_to_numpy(batch, num_threads=2, disallowed_special=())
+            got = [ids[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         else:
             got = encoding.encode_ordinary_batch(batch, num_threads=2)
+        batches += len(batch) > 1
         for text, w, g in zip(batch, want, got):
             if list(g) != w:
                 return report(args.out, "DIFFERENT IDS", name, text)
