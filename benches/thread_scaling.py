@@ -209,7 +209,7 @@ def print_table(name: str, batch: str, nbytes: int, counts: List[int], libs: Lis
             res = best.get(("tokenmill", n))
             row += f" {fmt(res['cpu'] / res['seconds'] if res else None, '.1f'):>9}"
         ref = best.get(("tiktoken", n))
-        mine = [best[(lib, n)] for lib in (("tokenmill", ARRAYS)) if (lib, n) in best]
+        mine = [best[(lib, n)] for lib in ("tokenmill", ARRAYS) if (lib, n) in best]
         same = "?" if not (ref and mine) else "yes" if all(r["digest"] == ref["digest"] for r in mine) else "NO"
         row += f" {same:>9}"
         print(row)

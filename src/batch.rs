@@ -136,22 +136,22 @@ impl Claims {
 /// Cuts items of the given sizes into bundles of consecutive items, each of a total size
 /// of at least `size` or of `count` items (the last of whatever is left), so that threads
 /// claiming bundles take turns at a shared counter about once per `size` of work, however
-/// small the items. Returns where each bundle ends: increasing, the last the item count.
-pub fn bundle_ends(sizes: impl IntoIterator<Item = usize>, size: usize, count: usize) -> Vec<usize> {
-    let mut ends = Vec::new();
+/// small the items. Returns each bundle's items, in order, covering all of them.
+pub fn bundles(sizes: impl IntoIterator<Item = usize>, size: usize, count: usize) -> Vec<std::ops::Range<usize>> {
+    let mut bundles = Vec::new();
     let (mut start, mut total, mut i) = (0, 0, 0);
     for s in sizes {
         i += 1;
         total += s;
         if total >= size || i - start >= count {
-            ends.push(i);
+            bundles.push(start..i);
             (start, total) = (i, 0);
         }
     }
     if start < i {
-        ends.push(i);
+        bundles.push(start..i);
     }
-    ends
+    bundles
 }
 
 /// Items made one at a time, in order, by one thread, and handed out in order to whichever
@@ -286,13 +286,13 @@ mod tests {
 
     #[test]
     fn bundles_cover_the_items_in_order() {
-        assert_eq!(bundle_ends([], 10, 4), Vec::<usize>::new());
-        assert_eq!(bundle_ends([3], 10, 4), vec![1]);
+        assert_eq!(bundles([], 10, 4), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(bundles([3], 10, 4), vec![0..1]);
         // By size: 3+3+3+3 reaches 10 at the fourth; a long item is a bundle of its own.
-        assert_eq!(bundle_ends([3, 3, 3, 3, 50, 1, 9], 10, 8), vec![4, 5, 7]);
+        assert_eq!(bundles([3, 3, 3, 3, 50, 1, 9], 10, 8), vec![0..4, 4..5, 5..7]);
         // By count: many empty items.
-        assert_eq!(bundle_ends([0; 10], 10, 4), vec![4, 8, 10]);
-        assert_eq!(bundle_ends([0; 8], 10, 4), vec![4, 8]);
+        assert_eq!(bundles([0; 10], 10, 4), vec![0..4, 4..8, 8..10]);
+        assert_eq!(bundles([0; 8], 10, 4), vec![0..4, 4..8]);
     }
 
     #[test]

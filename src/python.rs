@@ -781,16 +781,8 @@ const RUN_TEXTS: usize = 256;
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
-    // Whether the texts hold fewer than SMALL_BATCH characters (counting stops there).
-    let small = || {
-        let mut chars = 0;
-        texts.iter().all(|t| {
-            chars += t.len().unwrap_or(SMALL_BATCH);
-            chars < SMALL_BATCH
-        })
-    };
     let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
-    if n <= 1 || small() {
+    if n <= 1 || stored.iter().map(|s| s.chars()).sum::<usize>() < SMALL_BATCH {
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
         let threads = if n <= 1 { threads } else { 1 };
@@ -812,7 +804,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         let lists = out.iter().map(|t| list_of_ids(py, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
-    let bundles = batch::bundle_ends(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
+    let bundles = batch::bundles(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
     let claims = batch::Claims::new(bundles.len());
     let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
     let mut failed: Option<(usize, PyErr)> = None;
@@ -823,8 +815,8 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     let encode_run = |run: &mut Encoded| {
         while !run.full() {
             let Some(b) = claims.claim() else { break }; // all taken, or given up
-            let (start, end) = (if b == 0 { 0 } else { bundles[b - 1] }, bundles[b]);
-            for (i, &text) in (start..end).zip(&stored[start..end]) {
+            let texts = bundles[b].clone();
+            for (i, &text) in texts.clone().zip(&stored[texts]) {
                 if !run.add(i, |ids| encode_stored(enc, text, policy, threads, ids)) {
                     // Every text before this one is claimed (bundles go in order), so the
                     // batch's first failure is among those claimed: nothing more to start.
@@ -902,20 +894,19 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
     use ffi::compat::{PyBytesWriter_Create, PyBytesWriter_FinishWithSize, PyBytesWriter_GetData};
     let n = texts.len();
     let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
-    let chars: usize = stored.iter().map(|s| s.chars()).sum();
     // (a small batch on this thread; one long text still cut into chunks for all threads)
-    let threads = if chars < SMALL_BATCH && n > 1 { 1 } else { threads.min(batch::available_cores()) };
-    let ends = batch::bundle_ends(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
-    let bundles: Vec<(usize, usize)> = ends.iter().scan(0, |start, &end| Some((std::mem::replace(start, end), end))).collect();
+    let small = n > 1 && stored.iter().map(|s| s.chars()).sum::<usize>() < SMALL_BATCH;
+    let threads = if small { 1 } else { threads.min(batch::available_cores()) };
+    let bundles = batch::bundles(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
     // Each bundle's ids, and where each of its texts' ids end; or its first failure.
     type Bundle = Result<(Vec<Rank>, Vec<usize>), (usize, Failure)>;
     let mut encoded: Vec<Bundle> = py
         .detach(|| {
-            batch::map(&bundles, threads, |&(start, end)| {
+            batch::map(&bundles, threads, |texts| {
                 // (room for about one id per three characters: a few grow once or twice)
-                let mut ids = Vec::with_capacity(stored[start..end].iter().map(|s| s.chars()).sum::<usize>() / 3 + 16);
-                let mut text_ends = Vec::with_capacity(end - start);
-                for (i, &text) in (start..end).zip(&stored[start..end]) {
+                let mut ids = Vec::with_capacity(stored[texts.clone()].iter().map(|s| s.chars()).sum::<usize>() / 3 + 16);
+                let mut text_ends = Vec::with_capacity(texts.len());
+                for (i, &text) in texts.clone().zip(&stored[texts.clone()]) {
                     if let Err(f) = encode_stored(enc, text, policy, threads, &mut ids) {
                         return Ok(Err((i, f)));
                     }
@@ -934,9 +925,12 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
     }
     let mut offsets: Vec<i64> = Vec::with_capacity(n + 1);
     offsets.push(0);
+    // Each bundle's ids, and where in the result they go.
+    let mut parts: Vec<(usize, &[Rank])> = Vec::with_capacity(encoded.len());
     let mut total = 0;
     for (ids, text_ends) in encoded.iter().flatten() {
         offsets.extend(text_ends.iter().map(|&e| (total + e) as i64));
+        parts.push((total, ids));
         total += ids.len();
     }
     const ID: usize = std::mem::size_of::<Rank>();
@@ -951,11 +945,6 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
         // Each bundle's ids copied to their place by the pool (they are many MB for a
         // batch of many MB), with the GIL released: nothing else can reach the writer.
         let data = Places(PyBytesWriter_GetData(writer) as *mut Rank);
-        let parts: Vec<(usize, &[Rank])> = encoded
-            .iter()
-            .flatten()
-            .scan(0, |at, (ids, _)| Some((std::mem::replace(at, *at + ids.len()), ids.as_slice())))
-            .collect();
         let copied = py.detach(|| {
             batch::map(&parts, threads, |&(at, ids)| {
                 let data = &data;

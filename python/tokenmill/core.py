@@ -220,24 +220,27 @@ class Encoding:
         >>> enc.encode_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        return self._special_batch(
+            self._core_bpe.encode_batch, text, num_threads, allowed_special, disallowed_special
+        )
+
+    def _special_batch(self, core_call, text, num_threads, allowed_special, disallowed_special):
+        """``core_call(texts, allowed_special, disallowed_special, num_threads)`` with
+        tiktoken's argument checks, its TypeError for an item that is no str, and its
+        fix-up of lone surrogates (the texts encoded again with them replaced)."""
         num_threads = _threads(num_threads)
         if not disallowed_special:
             disallowed_special = ()
         texts = _as_list(text)
         try:
-            return self._core_bpe.encode_batch(
-                texts, allowed_special, disallowed_special, num_threads
-            )
+            return core_call(texts, allowed_special, disallowed_special, num_threads)
         except TypeError as e:
             if all(isinstance(t, str) for t in texts):
                 raise
             raise _batch_type_error(texts) from e
         except UnicodeEncodeError:
-            return self._core_bpe.encode_batch(
-                [_replace_surrogates(t) for t in texts],
-                allowed_special,
-                disallowed_special,
-                num_threads,
+            return core_call(
+                [_replace_surrogates(t) for t in texts], allowed_special, disallowed_special, num_threads
             )
 
     def encode_batch_to_numpy(
@@ -262,25 +265,9 @@ class Encoding:
         """
         import numpy as np
 
-        num_threads = _threads(num_threads)
-        if not disallowed_special:
-            disallowed_special = ()
-        texts = _as_list(text)
-        try:
-            ids, offsets = self._core_bpe.encode_batch_to_bytes(
-                texts, allowed_special, disallowed_special, num_threads
-            )
-        except TypeError as e:
-            if all(isinstance(t, str) for t in texts):
-                raise
-            raise _batch_type_error(texts) from e
-        except UnicodeEncodeError:
-            ids, offsets = self._core_bpe.encode_batch_to_bytes(
-                [_replace_surrogates(t) for t in texts],
-                allowed_special,
-                disallowed_special,
-                num_threads,
-            )
+        ids, offsets = self._special_batch(
+            self._core_bpe.encode_batch_to_bytes, text, num_threads, allowed_special, disallowed_special
+        )
         return np.frombuffer(ids, dtype=np.uint32), np.frombuffer(offsets, dtype=np.int64)
 
     def encode_with_unstable(
