@@ -133,25 +133,44 @@ impl Claims {
     }
 }
 
-/// Cuts items of the given sizes into bundles of consecutive items, each of a total size
-/// of at least `size` or of `count` items (the last of whatever is left), so that threads
-/// claiming bundles take turns at a shared counter about once per `size` of work, however
-/// small the items. Returns each bundle's items, in order, covering all of them.
-pub fn bundles(sizes: impl IntoIterator<Item = usize>, size: usize, count: usize) -> Vec<std::ops::Range<usize>> {
-    let mut bundles = Vec::new();
-    let (mut start, mut total, mut i) = (0, 0, 0);
-    for s in sizes {
-        i += 1;
-        total += s;
-        if total >= size || i - start >= count {
-            bundles.push(start..i);
-            (start, total) = (i, 0);
+/// Cuts items into bundles of consecutive items, each of a total size of at least `size`
+/// or of `count` items (the last of whatever is left), so that threads claiming bundles
+/// take turns at a shared counter about once per `size` of work, however small the items.
+/// The items' sizes are given one at a time, in order ([`Bundler::add`]), by a loop that
+/// reads them as it goes; [`Bundler::finish`] returns each bundle's items, in order,
+/// covering all of them.
+pub struct Bundler {
+    size: usize,
+    count: usize,
+    bundles: Vec<std::ops::Range<usize>>,
+    start: usize,
+    total: usize,
+    items: usize,
+}
+
+impl Bundler {
+    pub fn new(size: usize, count: usize) -> Self {
+        Bundler { size, count, bundles: Vec::new(), start: 0, total: 0, items: 0 }
+    }
+
+    /// The next item, of size `s`.
+    #[inline]
+    pub fn add(&mut self, s: usize) {
+        self.items += 1;
+        self.total += s;
+        if self.total >= self.size || self.items - self.start >= self.count {
+            self.bundles.push(self.start..self.items);
+            (self.start, self.total) = (self.items, 0);
         }
     }
-    if start < i {
-        bundles.push(start..i);
+
+    /// The bundles of all the items added.
+    pub fn finish(mut self) -> Vec<std::ops::Range<usize>> {
+        if self.start < self.items {
+            self.bundles.push(self.start..self.items);
+        }
+        self.bundles
     }
-    bundles
 }
 
 /// Items made one at a time, in order, by one thread, and handed out in order to whichever
@@ -282,6 +301,14 @@ mod tests {
         assert_eq!((claims.claim(), claims.claim()), (Some(0), Some(1)));
         claims.close();
         assert_eq!(claims.claim(), None);
+    }
+
+    fn bundles(sizes: impl IntoIterator<Item = usize>, size: usize, count: usize) -> Vec<std::ops::Range<usize>> {
+        let mut bundler = Bundler::new(size, count);
+        for s in sizes {
+            bundler.add(s);
+        }
+        bundler.finish()
     }
 
     #[test]

@@ -34,6 +34,8 @@ mod ids_from_python;
 mod python;
 #[cfg(feature = "python")]
 mod shared_ints;
+#[cfg(feature = "python")]
+mod texts_from_python;
 
 pub use encoder::Encoder;
 pub use error::{Error, Rank, Result};

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyStringData};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::batch;
@@ -21,6 +21,7 @@ use crate::span_counts::SpanCounts;
 use crate::special::{SpecialPolicy, SpecialSet};
 use crate::str_storage::{Storage, Unencodable, PARALLEL_ABOVE};
 use crate::shared_ints::put_ints;
+use crate::texts_from_python::{marked_ascii, storage, BatchTexts};
 use crate::trainer;
 
 /// The one mapping from engine errors to Python exceptions.
@@ -200,7 +201,8 @@ fn encode_list<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PyString>,
 fn long_text_bytes(text: &Bound<'_, PyString>) -> PyResult<Option<usize>> {
     // (where CPython's headers give no ASCII test, a Latin-1 text long enough to matter
     // is counted)
-    let ascii = marked_ascii(text);
+    // SAFETY: `text` is a str.
+    let ascii = unsafe { marked_ascii(text.as_ptr()) };
     // SAFETY: `text` is a str (these read its header).
     let (kind, chars) = unsafe {
         let p = text.as_ptr();
@@ -355,31 +357,6 @@ fn encode_into_bytes<'py>(py: Python<'py>, enc: &Encoder, text: &Bound<'py, PySt
             return Err(PyErr::fetch(py));
         }
         Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked::<PyBytes>())
-    }
-}
-
-/// A str's characters as CPython stores them, read in place.
-fn storage<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Storage<'a>> {
-    // SAFETY: `data` only reads the str's own storage, which never changes and lives as
-    // long as `text`.
-    Ok(match unsafe { text.data() }? {
-        PyStringData::Ucs1(b) if marked_ascii(text) => Storage::Ascii(b),
-        PyStringData::Ucs1(b) => Storage::Latin1(b),
-        PyStringData::Ucs2(u) => Storage::Ucs2(u),
-        PyStringData::Ucs4(u) => Storage::Ucs4(u),
-    })
-}
-
-/// Whether CPython marked `text` as pure ASCII (false where its headers give no way to
-/// ask: the text is then scanned instead).
-fn marked_ascii(text: &Bound<'_, PyString>) -> bool {
-    #[cfg(not(Py_3_14))]
-    // SAFETY: reads the header of a str.
-    return unsafe { ffi::PyUnicode_IS_ASCII(text.as_ptr()) != 0 };
-    #[cfg(Py_3_14)]
-    {
-        let _ = text;
-        false
     }
 }
 
@@ -773,23 +750,25 @@ const RUN_TEXTS: usize = 256;
 /// end). So there are never more threads at work than cores (the pool encoding with all
 /// `threads` while this thread built the lists left three busy threads on two cores).
 ///
-/// Before that, this thread only looks at each str's header (where its characters are
-/// stored, and how wide they are) and cuts the batch into [bundles](BUNDLE_CHARS); the
-/// thread that encodes a text makes its UTF-8, in that thread's own buffer. Made here, the
-/// UTF-8 of text that is not ASCII (a few ms for a few MB) was work that no other thread
-/// could share, and one batch of 16 threads ran at the speed of 8 (see PERFORMANCE.md).
-fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
+/// Before that, this thread only takes a reference to each str and reads its length, to
+/// cut the batch into [bundles](BUNDLE_CHARS) ([`BatchTexts`]); the thread that encodes a
+/// text reads where its characters are stored and makes its UTF-8, in that thread's own
+/// buffer. Made here, the UTF-8 of text that is not ASCII (a few ms for a few MB) was work
+/// that no other thread could share, and one batch of 16 threads ran at the speed of 8
+/// (see PERFORMANCE.md).
+fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
     let threads = threads.min(batch::available_cores());
-    let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
-    if n <= 1 || stored.iter().map(|s| s.chars()).sum::<usize>() < SMALL_BATCH {
+    let view = texts.view();
+    if n <= 1 || texts.chars() < SMALL_BATCH {
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
         let threads = if n <= 1 { threads } else { 1 };
         let mut out = Vec::with_capacity(n);
         let mut failed = None;
         py.detach(|| {
-            for (i, &text) in stored.iter().enumerate() {
+            for i in 0..n {
+                let text = view.storage(i);
                 let mut ids = Vec::with_capacity(text.chars() / 3 + 1);
                 if let Err(e) = encode_stored(enc, text, policy, threads, &mut ids) {
                     failed = Some((i, e));
@@ -799,14 +778,17 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
             }
         });
         if let Some((i, e)) = failed {
-            return Err(e.into_py_err(py, &texts[i]));
+            return Err(e.into_py_err(py, &texts.text(i)));
         }
         let lists = out.iter().map(|t| list_of_ids(py, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
     }
-    let bundles = batch::bundles(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
+    let bundles = texts.bundles();
     let claims = batch::Claims::new(bundles.len());
-    let mut lists: Vec<Option<Bound<'py, PyList>>> = (0..n).map(|_| None).collect();
+    // The result, its places filled as the runs come in; returned only once all are filled.
+    // SAFETY: a new list of `n` empty (NULL) places, which list deallocation skips.
+    let out = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?.cast_into_unchecked::<PyList>() };
+    let mut filled = 0;
     let mut failed: Option<(usize, PyErr)> = None;
     // Runs whose lists are made, emptied, for the next run to fill: their vectors keep
     // their room (and its pages), where each new run grew its own from nothing.
@@ -816,8 +798,8 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
         while !run.full() {
             let Some(b) = claims.claim() else { break }; // all taken, or given up
             let texts = bundles[b].clone();
-            for (i, &text) in texts.clone().zip(&stored[texts]) {
-                if !run.add(i, |ids| encode_stored(enc, text, policy, threads, ids)) {
+            for i in texts {
+                if !run.add(i, |ids| encode_stored(enc, view.storage(i), policy, threads, ids)) {
                     // Every text before this one is claimed (bundles go in order), so the
                     // batch's first failure is among those claimed: nothing more to start.
                     claims.close();
@@ -838,8 +820,14 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     let mut take = |mut run: Encoded| -> PyResult<()> {
         for (i, result) in run.texts.drain(..) {
             match result {
-                Ok(range) => lists[i] = Some(list_of_ids(py, enc, &run.ids[range])?),
-                Err(e) if !failed.as_ref().is_some_and(|(j, _)| *j < i) => failed = Some((i, e.into_py_err(py, &texts[i]))),
+                Ok(range) => {
+                    let list = list_of_ids(py, enc, &run.ids[range])?;
+                    // SAFETY: `i` is below `n`, and each text is in one run only: its place is
+                    // still empty, and takes the list's reference.
+                    unsafe { ffi::PyList_SET_ITEM(out.as_ptr(), i as ffi::Py_ssize_t, list.into_ptr()) };
+                    filled += 1;
+                }
+                Err(e) if !failed.as_ref().is_some_and(|(j, _)| *j < i) => failed = Some((i, e.into_py_err(py, &texts.text(i)))),
                 Err(_) => {}
             }
         }
@@ -881,33 +869,37 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py
     if let Some((_, e)) = failed {
         return Err(e);
     }
-    PyList::new(py, lists.into_iter().map(|l| l.expect("every text was encoded")))
+    if filled != n {
+        return Err(PyRuntimeError::new_err("tokenmill: a batch's text was left unencoded (a bug: please report it)"));
+    }
+    Ok(out)
 }
 
 /// Encodes a batch into one array of ids, every text's after the one before, and where
 /// each text's ids end (for `Encoding.encode_batch_to_numpy`): native-endian uint32 ids
 /// and int64 offsets, `texts.len() + 1` of them from 0, as bytes. No Python object is
 /// made per text or per id, so, unlike a batch of lists, the calling thread has nothing
-/// to do that the other threads cannot share: it waits while they encode (bundles of
-/// texts, as in [`encode_batch_to_lists`]), then copies their ids into the result.
-fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, PyString>], policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    use ffi::compat::{PyBytesWriter_Create, PyBytesWriter_FinishWithSize, PyBytesWriter_GetData};
+/// to do that the other threads cannot share but a pass over the list ([`BatchTexts`]):
+/// it waits while they encode (bundles of texts, as in [`encode_batch_to_lists`]), then
+/// while they copy the ids and write the offsets into the two results.
+fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    use ffi::compat::{PyBytesWriter_Create, PyBytesWriter_Discard, PyBytesWriter_FinishWithSize, PyBytesWriter_GetData};
     let n = texts.len();
-    let stored = texts.iter().map(storage).collect::<PyResult<Vec<_>>>()?;
+    let view = texts.view();
     // (a small batch on this thread; one long text still cut into chunks for all threads)
-    let small = n > 1 && stored.iter().map(|s| s.chars()).sum::<usize>() < SMALL_BATCH;
+    let small = n > 1 && texts.chars() < SMALL_BATCH;
     let threads = if small { 1 } else { threads.min(batch::available_cores()) };
-    let bundles = batch::bundles(stored.iter().map(|s| s.chars()), BUNDLE_CHARS, BUNDLE_TEXTS);
+    let bundles = texts.bundles();
     // Each bundle's ids, and where each of its texts' ids end; or its first failure.
     type Bundle = Result<(Vec<Rank>, Vec<usize>), (usize, Failure)>;
     let mut encoded: Vec<Bundle> = py
         .detach(|| {
-            batch::map(&bundles, threads, |texts| {
+            batch::map(bundles, threads, |texts| {
                 // (room for about one id per three characters: a few grow once or twice)
-                let mut ids = Vec::with_capacity(stored[texts.clone()].iter().map(|s| s.chars()).sum::<usize>() / 3 + 16);
+                let mut ids = Vec::with_capacity(texts.clone().map(|i| view.storage(i).chars()).sum::<usize>() / 3 + 16);
                 let mut text_ends = Vec::with_capacity(texts.len());
-                for (i, &text) in texts.clone().zip(&stored[texts.clone()]) {
-                    if let Err(f) = encode_stored(enc, text, policy, threads, &mut ids) {
+                for i in texts.clone() {
+                    if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
                         return Ok(Err((i, f)));
                     }
                     text_ends.push(ids.len());
@@ -920,51 +912,77 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &[Bound<'py, Py
     // the batch's first failure)
     if let Some(k) = encoded.iter().position(Result::is_err) {
         if let Err((i, failure)) = encoded.swap_remove(k) {
-            return Err(failure.into_py_err(py, &texts[i]));
+            return Err(failure.into_py_err(py, &texts.text(i)));
         }
     }
-    let mut offsets: Vec<i64> = Vec::with_capacity(n + 1);
-    offsets.push(0);
-    // Each bundle's ids, and where in the result they go.
-    let mut parts: Vec<(usize, &[Rank])> = Vec::with_capacity(encoded.len());
-    let mut total = 0;
-    for (ids, text_ends) in encoded.iter().flatten() {
-        offsets.extend(text_ends.iter().map(|&e| (total + e) as i64));
-        parts.push((total, ids));
-        total += ids.len();
+    // Where each bundle's ids and offsets go in the results (a prefix over the bundles).
+    // Each bundle's ids are moved out of its lock by the thread that copies them, and
+    // freed there.
+    struct Part {
+        at: usize,
+        first_text: usize,
+        ids: Mutex<Vec<Rank>>,
+        text_ends: Vec<usize>,
     }
+    let mut parts: Vec<Part> = Vec::with_capacity(encoded.len());
+    let (mut total, mut texts_before) = (0, 0);
+    for (ids, text_ends) in encoded.into_iter().flatten() {
+        let (at, first_text) = (total, texts_before);
+        total += ids.len();
+        texts_before += text_ends.len();
+        parts.push(Part { at, first_text, ids: Mutex::new(ids), text_ends });
+    }
+    debug_assert_eq!(texts_before, n);
     const ID: usize = std::mem::size_of::<Rank>();
-    // SAFETY: the writer belongs to this call until it is finished or discarded; exactly
-    // its `total * ID` bytes are written, each bundle's ids after those before it (the
-    // parts are disjoint), all before it is finished.
-    let ids = unsafe {
-        let writer = PyBytesWriter_Create((total * ID) as ffi::Py_ssize_t);
-        if writer.is_null() {
+    const OFFSET: usize = std::mem::size_of::<i64>();
+    // SAFETY: the writers belong to this call until they are finished or discarded; the
+    // pool writes exactly their bytes, each bundle's ids and offsets after those before
+    // it (the parts are disjoint), all before they are finished; offset 0 is written here.
+    unsafe {
+        let ids_writer = PyBytesWriter_Create((total * ID) as ffi::Py_ssize_t);
+        if ids_writer.is_null() {
             return Err(PyErr::fetch(py));
         }
-        // Each bundle's ids copied to their place by the pool (they are many MB for a
-        // batch of many MB), with the GIL released: nothing else can reach the writer.
-        let data = Places(PyBytesWriter_GetData(writer) as *mut Rank);
+        let offsets_writer = PyBytesWriter_Create(((n + 1) * OFFSET) as ffi::Py_ssize_t);
+        if offsets_writer.is_null() {
+            let e = PyErr::fetch(py);
+            PyBytesWriter_Discard(ids_writer);
+            return Err(e);
+        }
+        let id_places = Places(PyBytesWriter_GetData(ids_writer) as *mut u8);
+        let offset_places = Places(PyBytesWriter_GetData(offsets_writer) as *mut i64);
+        offset_places.0.write_unaligned(0);
+        // Copied by the pool, with the GIL released (nothing else can reach the writers):
+        // the ids are many MB for a batch of many MB, and their memory, new, is faulted in
+        // page by page by whichever thread writes it first.
         let copied = py.detach(|| {
-            batch::map(&parts, threads, |&(at, ids)| {
-                let data = &data;
-                std::ptr::copy_nonoverlapping(ids.as_ptr(), data.0.add(at), ids.len());
+            batch::map(&parts, threads, |part| {
+                let (ids, offsets) = (&id_places, &offset_places);
+                let mine = std::mem::take(&mut *part.ids.lock().unwrap_or_else(|e| e.into_inner()));
+                // (as bytes: a writer's buffer need not be aligned for ids)
+                std::ptr::copy_nonoverlapping(mine.as_ptr() as *const u8, ids.0.add(part.at * ID), mine.len() * ID);
+                for (k, &end) in part.text_ends.iter().enumerate() {
+                    offsets.0.add(part.first_text + k + 1).write_unaligned((part.at + end) as i64);
+                }
                 Ok(())
             })
         });
         if let Err(e) = copied {
-            ffi::compat::PyBytesWriter_Discard(writer);
+            PyBytesWriter_Discard(ids_writer);
+            PyBytesWriter_Discard(offsets_writer);
             return Err(to_py_err(py, e));
         }
-        let obj = PyBytesWriter_FinishWithSize(writer, (total * ID) as ffi::Py_ssize_t);
-        if obj.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        Bound::from_owned_ptr(py, obj).cast_into_unchecked::<PyBytes>()
-    };
-    // SAFETY: every offset is eight plain bytes; the slice covers exactly their memory.
-    let raw = unsafe { std::slice::from_raw_parts(offsets.as_ptr() as *const u8, std::mem::size_of_val(offsets.as_slice())) };
-    Ok((ids, PyBytes::new(py, raw)))
+        let finish = |writer, size: usize| -> PyResult<Bound<'py, PyBytes>> {
+            let obj = PyBytesWriter_FinishWithSize(writer, size as ffi::Py_ssize_t);
+            if obj.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked::<PyBytes>())
+        };
+        let ids = finish(ids_writer, total * ID);
+        let offsets = finish(offsets_writer, (n + 1) * OFFSET);
+        Ok((ids?, offsets?))
+    }
 }
 
 /// A batch's texts are claimed by its threads a bundle at a time: consecutive texts of
@@ -1031,24 +1049,22 @@ impl PyCoreBPE {
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
-    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
+    fn encode_batch<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        let enc = &self.inner;
-        encode_batch_to_lists(py, enc, &texts, Some(&policy), num_threads)
+        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, Some(&policy), num_threads)
     }
 
     /// `(ids, offsets)` of a batch as bytes: native-endian uint32 ids of every text, one
     /// after the other, and int64 offsets (text `i`'s ids are `ids[offsets[i]:offsets[i + 1]]`).
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
-    fn encode_batch_to_bytes<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    fn encode_batch_to_bytes<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        encode_batch_flat(py, &self.inner, &texts, Some(&policy), num_threads)
+        encode_batch_flat(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, Some(&policy), num_threads)
     }
 
     #[pyo3(signature = (texts, num_threads))]
-    fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: Vec<Bound<'py, PyString>>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
-        let enc = &self.inner;
-        encode_batch_to_lists(py, enc, &texts, None, num_threads)
+    fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
+        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, None, num_threads)
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {

@@ -824,6 +824,73 @@ def test_encode_batch_to_numpy_is_every_texts_ids_one_after_the_other(encs, corp
     assert (ids.tolist(), offsets.tolist()) == _flat([tt.encode_ordinary(t) for t in texts])
 
 
+def test_batch_keeps_its_texts_while_another_thread_empties_the_list(cl100k):
+    """A batch reads the list's strs in place, with the GIL released while it encodes: it
+    must hold each str itself, for another Python thread may empty the list meanwhile (and
+    drop the last reference to every str in it)."""
+    tm, tt = cl100k
+    want_lines = None
+    for call in ("lists", "arrays"):
+        for _ in range(3):
+            # (strs made here, held by the list alone)
+            texts = ["".join(["line ", str(i), " of a batch ", "é" * (i % 3)]) * (1 + i % 7) for i in range(60000)]
+            if want_lines is None:
+                want_lines = tt.encode_ordinary_batch(texts)
+            started = threading.Event()
+
+            reuse = []
+
+            def empty_it():
+                started.wait()
+                texts.clear()
+                # (new strs in the freed memory: a batch reading it would see their text)
+                reuse.extend("".join(["zq", str(i), "\u00ff" * (i % 3)]) * (1 + i % 7) for i in range(60000))
+
+            other = threading.Thread(target=empty_it)
+            other.start()
+            started.set()
+            if call == "lists":
+                got = tm.encode_ordinary_batch(texts, num_threads=4)
+                other.join()
+                assert got == want_lines[: len(got)] and len(got) in (0, len(want_lines))
+            else:
+                ids, offsets = tm.encode_batch_to_numpy(texts, num_threads=4, disallowed_special=())
+                other.join()
+                if len(offsets) > 1:
+                    assert (ids.tolist(), offsets.tolist()) == _flat(want_lines)
+
+
+def test_batch_names_the_first_item_that_is_no_str_wherever_it_is(cl100k):
+    tm, _ = cl100k
+    for at in (0, 1, 4095, 9999):
+        texts = [f"text {i}" for i in range(10000)]
+        texts[at] = b"bytes"
+        if at < 9999:
+            texts[9999] = None
+        for threads in (1, 4):
+            for call in (tm.encode_ordinary_batch, tm.encode_batch, tm.encode_batch_to_numpy):
+                with pytest.raises(TypeError, match=f"item {at} is a bytes"):
+                    call(texts, num_threads=threads)
+
+
+def test_batch_of_a_list_subclass_is_iterated_as_tiktoken_iterates_it(cl100k):
+    """An exact list's items are read in place; a subclass goes through its own iteration."""
+    tm, tt = cl100k
+
+    class Reversed(list):
+        def __iter__(self):
+            return reversed(list(super().__iter__()))
+
+    texts = Reversed(["first text", "second text", "third <|endoftext|>"])
+    for call in ("encode_ordinary_batch", "encode_batch"):
+        for threads in (1, 2):
+            got = getattr(tm, call)(texts, num_threads=threads, **({} if call == "encode_ordinary_batch" else {"disallowed_special": ()}))
+            want = getattr(tt, call)(texts, **({} if call == "encode_ordinary_batch" else {"disallowed_special": ()}))
+            assert got == want, (call, threads)
+    ids, offsets = tm.encode_batch_to_numpy(texts, disallowed_special=())
+    assert (ids.tolist(), offsets.tolist()) == _flat(tt.encode_batch(texts, disallowed_special=()))
+
+
 def test_encode_batch_to_numpy_raises_as_encode_batch_does(cl100k):
     """The first offending text's error, wherever the bundles and threads split the
     batch; the same TypeError as encode_batch for an item that is no str."""

@@ -54,7 +54,9 @@ def _threads(num_threads: object) -> int:
 def _as_list(texts: object) -> list:
     if isinstance(texts, (str, bytes)):
         raise TypeError("expected a list of str, got a single " + type(texts).__name__)
-    return texts if isinstance(texts, list) else list(texts)  # type: ignore[call-overload]
+    # (the engine reads an exact list's items in place; a subclass, which may iterate its
+    # own way, is iterated as tiktoken iterates it)
+    return texts if type(texts) is list else list(texts)  # type: ignore[call-overload]
 
 
 def _batch_type_error(texts: list) -> TypeError:
