@@ -90,23 +90,35 @@ impl<'py> BatchTexts<'py> {
     /// Bundles are cut at `bundle_chars` characters or `bundle_texts` texts.
     pub(crate) fn of_list(list: &Bound<'py, PyList>, bundle_chars: usize, bundle_texts: usize) -> PyResult<Self> {
         let py = list.py();
-        let n = list.len();
+        // Without a GIL (CPython's free-threaded build) another thread may change the list
+        // during the pass: its items are read from a tuple made of them (under the list's
+        // own lock), which nothing can change.
+        #[cfg(Py_GIL_DISABLED)]
+        // SAFETY: a list, and a new reference to the tuple made of it.
+        let list = &unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_AsTuple(list.as_ptr()))? };
+        #[cfg(Py_GIL_DISABLED)]
+        let get = ffi::PyTuple_GET_ITEM;
+        #[cfg(not(Py_GIL_DISABLED))]
+        let get = ffi::PyList_GET_ITEM;
+        let items = list.as_ptr();
+        // SAFETY: a list or a tuple, whose size is its `ob_size`.
+        let n = unsafe { ffi::Py_SIZE(items) } as usize;
         let mut batch = BatchTexts { py, texts: Vec::with_capacity(n), chars: 0, bundles: Vec::new() };
         let mut bundler = Bundler::new(bundle_chars, bundle_texts);
-        let items = list.as_ptr();
         // (each str's header is read and written here, its one cache miss: asked for some
         // items ahead, so that the misses overlap)
         const AHEAD: usize = 8;
         for i in 0..n {
-            // SAFETY: indices below the list's length, which cannot change during this
-            // loop: it holds the GIL and runs no Python code (nothing here can call any: a
-            // type check, a reference count, a read of a str's header, and before Python
-            // 3.12 `PyUnicode_READY`, which at most converts the str's own storage).
+            // SAFETY: indices below the length of the list (or tuple), which cannot change
+            // during this loop: it holds the GIL and runs no Python code (nothing here can
+            // call any: a type check, a reference count, a read of a str's header, and
+            // before Python 3.12 `PyUnicode_READY`, which at most converts the str's own
+            // storage); in the free-threaded build, a tuple's items never change.
             unsafe {
                 if i + AHEAD < n {
-                    prefetch(ffi::PyList_GET_ITEM(items, (i + AHEAD) as ffi::Py_ssize_t));
+                    prefetch(get(items, (i + AHEAD) as ffi::Py_ssize_t));
                 }
-                let item = ffi::PyList_GET_ITEM(items, i as ffi::Py_ssize_t);
+                let item = get(items, i as ffi::Py_ssize_t);
                 if ffi::PyUnicode_Check(item) == 0 {
                     return Err(pyo3::exceptions::PyTypeError::new_err("expected a list of str"));
                 }
