@@ -353,7 +353,6 @@ mod tests {
         feed.push(1);
         feed.close(0);
         assert_eq!(feed.take(), Taken::Done);
-
     }
 
     #[test]

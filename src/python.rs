@@ -751,7 +751,7 @@ const RUN_TEXTS: usize = 256;
 /// `threads` while this thread built the lists left three busy threads on two cores).
 ///
 /// Before that, this thread only takes a reference to each str and reads its length, to
-/// cut the batch into [bundles](BUNDLE_CHARS) ([`BatchTexts`]); the thread that encodes a
+/// cut the batch into bundles ([`BatchTexts`]); the thread that encodes a
 /// text reads where its characters are stored and makes its UTF-8, in that thread's own
 /// buffer. Made here, the UTF-8 of text that is not ASCII (a few ms for a few MB) was work
 /// that no other thread could share, and one batch of 16 threads ran at the speed of 8
@@ -1047,13 +1047,6 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
     }
 }
 
-/// A batch's texts are claimed by its threads a bundle at a time: consecutive texts of
-/// together at least this many characters (or [`BUNDLE_TEXTS`] texts). Claimed one at a
-/// time, a batch of many short lines kept its 16 threads busy taking turns at the one
-/// counter that hands them out: more threads made it slower (see PERFORMANCE.md).
-const BUNDLE_CHARS: usize = 4096;
-const BUNDLE_TEXTS: usize = 64;
-
 /// `tokens` as native-endian uint32 bytes, copied once (not into a zeroed object).
 fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
     // SAFETY: every id is four plain bytes; the slice covers exactly the ids' memory.
@@ -1113,7 +1106,7 @@ impl PyCoreBPE {
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
     fn encode_batch<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, Some(&policy), num_threads)
+        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts)?, Some(&policy), num_threads)
     }
 
     /// `(ids, offsets)` of a batch as bytes: native-endian uint32 ids of every text, one
@@ -1121,12 +1114,12 @@ impl PyCoreBPE {
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
     fn encode_batch_to_bytes<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
-        encode_batch_flat(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, Some(&policy), num_threads)
+        encode_batch_flat(py, &self.inner, &BatchTexts::of_list(texts)?, Some(&policy), num_threads)
     }
 
     #[pyo3(signature = (texts, num_threads))]
     fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
-        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts, BUNDLE_CHARS, BUNDLE_TEXTS)?, None, num_threads)
+        encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts)?, None, num_threads)
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {

@@ -73,6 +73,13 @@ pub(crate) unsafe fn marked_ascii(p: *mut ffi::PyObject) -> bool {
     }
 }
 
+/// A batch's texts are claimed by its threads a bundle at a time: consecutive texts of
+/// together at least this many characters (or [`BUNDLE_TEXTS`] texts). Claimed one at a
+/// time, a batch of many short lines kept its 16 threads busy taking turns at the one
+/// counter that hands them out: more threads made it slower (see PERFORMANCE.md).
+const BUNDLE_CHARS: usize = 4096;
+const BUNDLE_TEXTS: usize = 64;
+
 /// The strs of a batch, each held by a reference of its own (the list may change once the
 /// GIL is released: another Python thread could empty it), and the bundles the batch's
 /// threads claim them in ([`Bundler`], by length in characters).
@@ -87,8 +94,7 @@ pub(crate) struct BatchTexts<'py> {
 impl<'py> BatchTexts<'py> {
     /// The texts of `list`, which must hold only strs (subclasses too): a `TypeError`
     /// otherwise (tokenmill's Python layer then names the first item that is not one).
-    /// Bundles are cut at `bundle_chars` characters or `bundle_texts` texts.
-    pub(crate) fn of_list(list: &Bound<'py, PyList>, bundle_chars: usize, bundle_texts: usize) -> PyResult<Self> {
+    pub(crate) fn of_list(list: &Bound<'py, PyList>) -> PyResult<Self> {
         let py = list.py();
         // Without a GIL (CPython's free-threaded build) another thread may change the list
         // during the pass: its items are read from a tuple made of them (under the list's
@@ -104,7 +110,7 @@ impl<'py> BatchTexts<'py> {
         // SAFETY: a list or a tuple, whose size is its `ob_size`.
         let n = unsafe { ffi::Py_SIZE(items) } as usize;
         let mut batch = BatchTexts { py, texts: Vec::with_capacity(n), chars: 0, bundles: Vec::new() };
-        let mut bundler = Bundler::new(bundle_chars, bundle_texts);
+        let mut bundler = Bundler::new(BUNDLE_CHARS, BUNDLE_TEXTS);
         // (each str's header is read and written here, its one cache miss: asked for some
         // items ahead, so that the misses overlap)
         const AHEAD: usize = 8;
