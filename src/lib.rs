@@ -32,6 +32,8 @@ pub mod vocab;
 mod ids_from_python;
 #[cfg(feature = "python")]
 mod python;
+#[cfg(all(feature = "python", unix, not(Py_GIL_DISABLED), not(PyPy)))]
+mod ready_arenas;
 #[cfg(feature = "python")]
 mod shared_ints;
 #[cfg(feature = "python")]

@@ -809,7 +809,14 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
         }
     };
     let (runs, senders) = Handover::<Encoded>::new(threads - 1);
+    // Memory for this thread's lists made ready by the helpers (see `ready_arenas`).
+    #[cfg(all(unix, not(Py_GIL_DISABLED), not(PyPy)))]
+    let ahead = (threads > 1).then(|| crate::ready_arenas::Ahead::start(py, &out));
     let helper = |tx: std::sync::mpsc::Sender<Encoded>| loop {
+        #[cfg(all(unix, not(Py_GIL_DISABLED), not(PyPy)))]
+        if let Some(ahead) = &ahead {
+            ahead.help();
+        }
         let mut run = spare();
         encode_run(&mut run);
         if run.texts.is_empty() {

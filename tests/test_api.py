@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import ctypes
 import gc
 import inspect
 import os
@@ -13,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -880,6 +882,94 @@ def test_batch_lists_are_tracked_by_the_garbage_collector_again(cl100k):
             del out, ids
             gc.collect()
             assert gc.get_stats()[2]["collected"] > collected_before
+
+
+class _ArenaAllocator(ctypes.Structure):
+    _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
+
+
+def _arena_allocator():
+    """pymalloc's arena allocator in place now, as (context, alloc, free) addresses."""
+    a = _ArenaAllocator()
+    ctypes.pythonapi.PyObject_GetArenaAllocator(ctypes.byref(a))
+    return (a.ctx, a.alloc, a.free)
+
+
+# Where a batch on several threads hands pymalloc arenas mapped ahead by its pool
+# (CPython with the GIL, on a Unix; see src/ready_arenas.rs).
+_ARENAS_AHEAD = (
+    sys.implementation.name == "cpython" and os.name == "posix" and not sysconfig.get_config_var("Py_GIL_DISABLED")
+)
+
+
+@pytest.mark.skipif(not _ARENAS_AHEAD, reason="arenas are mapped ahead only on CPython with the GIL, on a Unix")
+def test_batch_puts_cpythons_arena_allocator_back(cl100k):
+    """While a batch on several threads makes its lists, pymalloc's arenas come from
+    tokenmill's allocator; CPython's own must be in place again once the batch returns,
+    however it ends, and after batches that overlap on several Python threads."""
+    tm, tt = cl100k
+    texts = [f"short line {i}, with some words" for i in range(200_000)]
+    original = _arena_allocator()
+    seen = set()
+    done = threading.Event()
+
+    def watch():
+        # (runs whenever the batch's calling thread releases the GIL to encode)
+        while not done.is_set():
+            seen.add(_arena_allocator())
+            time.sleep(0)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = tm.encode_ordinary_batch(texts, num_threads=4)
+    finally:
+        done.set()
+        watcher.join()
+    assert _arena_allocator() == original
+    assert seen - {original}, "the batch ran without its own arena allocator"
+    assert got == tm.encode_ordinary_batch(texts, num_threads=1)
+    assert got[::1000] == tt.encode_ordinary_batch(texts[::1000])
+    # A batch that fails partway.
+    bad = texts[:]
+    bad[150_000] = "lone \udfff surrogate"
+    with pytest.raises(UnicodeEncodeError):
+        tm._core_bpe.encode_ordinary_batch(bad, 4)
+    assert _arena_allocator() == original
+    # Batches that overlap, on three Python threads.
+    with ThreadPoolExecutor(3) as pool:
+        parts = list(pool.map(lambda k: tm.encode_ordinary_batch(texts[k::3], num_threads=2), range(3)))
+    assert _arena_allocator() == original
+    assert [ids for k in range(3) for ids in parts[k]] == [ids for k in range(3) for ids in got[k::3]]
+
+
+_ALLOCATOR_SCRIPT = """
+import gc, sys, tokenmill
+enc = tokenmill.get_encoding("cl100k_base")
+texts = [f"line {i} of a batch, caf\u00e9 {i * 7}" * (1 + i % 5) for i in range(60000)]
+many = enc.encode_ordinary_batch(texts, num_threads=4)
+one = enc.encode_ordinary_batch(texts, num_threads=1)
+assert many == one
+many[5].append(1)
+del many, one
+gc.collect()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("setting", ["PYTHONMALLOC=debug", "PYTHONMALLOC=malloc", "PYTHONMALLOC=pymalloc", "-X tracemalloc"])
+def test_batch_lists_under_cpythons_other_allocators(cl100k, setting):
+    """Lists made by a batch on several threads, then grown and freed, under CPython's
+    debug hooks (which abort the process on a block freed by the wrong allocator or
+    written past its end), plain malloc, pymalloc, and tracemalloc."""
+    env = dict(os.environ)
+    args = [sys.executable]
+    if setting.startswith("PYTHONMALLOC="):
+        env["PYTHONMALLOC"] = setting.split("=", 1)[1]
+    else:
+        args += setting.split()
+    r = subprocess.run(args + ["-c", _ALLOCATOR_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
 
 
 def test_batch_names_the_first_item_that_is_no_str_wherever_it_is(cl100k):
