@@ -1209,6 +1209,65 @@ def test_encode_batch_after_fork(cl100k):
     assert tm.encode_batch(texts) == expected
 
 
+@pytest.mark.skipif(not hasattr(os, "fork") or not _ARENAS_AHEAD, reason="needs POSIX fork and arenas mapped ahead")
+def test_fork_while_a_batch_makes_its_lists(cl100k):
+    """A fork while another thread's batch has its arena allocator in place: the child
+    inherits it, and must go on allocating (new arenas) and encoding batches without
+    deadlocking; the parent's batch ends as usual and puts CPython's allocator back."""
+    tm, _ = cl100k
+    texts = [f"short line {i}, with some words" for i in range(300_000)]
+    want = tm.encode_ordinary_batch(texts[:5000], num_threads=1)
+    original = _arena_allocator()
+    result = {}
+    started = threading.Event()
+
+    def run():
+        started.set()
+        result["out"] = tm.encode_ordinary_batch(texts, num_threads=4)
+
+    batch = threading.Thread(target=run)
+    batch.start()
+    started.wait()
+    # (this thread runs whenever the batch's calling thread releases the GIL to encode)
+    deadline = time.monotonic() + 10
+    while _arena_allocator() == original and batch.is_alive() and time.monotonic() < deadline:
+        time.sleep(0)
+    installed_at_fork = _arena_allocator() != original
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            made = [[i, str(i)] for i in range(300_000)]  # many new arenas
+            ok = len(made) == 300_000 and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
+            ok = ok and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
+            code = 0 if ok else 2
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    status = None
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish within 60 s (deadlock?)")
+    batch.join()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert installed_at_fork, "the fork did not happen while the batch's allocator was in place"
+    assert result["out"][:5000] == want
+    assert _arena_allocator() == original
+
+
 def test_thread_count_does_not_leak_between_calls(cl100k):
     """Many small batch calls in a row (a pool created per call would be slow or leak)."""
     tm, tt = cl100k
