@@ -4,9 +4,10 @@
 //! ([`pretokenize`]), looks whole pieces up in the [`vocab::Vocab`], merges the rest by
 //! rank ([`bpe`]) and handles special tokens ([`special`]); [`batch`] runs many texts on
 //! a fork-safe rayon pool. The PyO3 bindings live in `python.rs` (with `shared_ints.rs`,
-//! the int objects their lists of ids are made of, and `ids_from_python.rs`, which reads
-//! the ids given to decoding), compiled only with the `python` feature, so `cargo test`
-//! needs no libpython.
+//! the int objects their lists of ids are made of; `ids_from_python.rs` and
+//! `texts_from_python.rs`, which read the ids given to decoding and the strs given to
+//! encoding; and `ready_arenas.rs`, memory for a batch's lists mapped ahead by its pool
+//! threads), compiled only with the `python` feature, so `cargo test` needs no libpython.
 
 pub mod ascii_classes;
 pub mod batch;
