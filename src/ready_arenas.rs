@@ -148,10 +148,11 @@ impl Ahead {
                 (Some(a), Some(f)) => current.ctx.is_null() && in_cpython(a as *const c_void) && in_cpython(f as *const c_void),
                 _ => false,
             };
-            if !cpython {
+            // (and the one this allocator forwards to: the first it found)
+            let same = |a: &ffi::PyObjectArenaAllocator| a.alloc.map(|f| f as usize) == current.alloc.map(|f| f as usize) && a.free.map(|f| f as usize) == current.free.map(|f| f as usize);
+            if !cpython || !same(&PREVIOUS.get_or_init(|| Allocator(current)).0) {
                 return false;
             }
-            let _ = PREVIOUS.set(Allocator(current));
             *guard = Some(Ready { batches: 1, arenas: Vec::new() });
             TAKEN.store(0, Ordering::Relaxed);
             ON.store(true, Ordering::Relaxed);
