@@ -1164,15 +1164,9 @@ def test_other_threads_run_while_a_long_text_is_encoded(cl100k):
 # ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs POSIX fork")
-def test_encode_batch_after_fork(cl100k):
-    tm, tt = cl100k
-    texts = [f"document {i}: hello world, 你好 😀 " * (i % 7 + 1) for i in range(200)]
-    expected = [tt.encode(t) for t in texts]
-    # in the parent, use the batch path first so that any thread pool exists before the fork
-    assert tm.encode_batch(texts) == expected
-    assert tm.encode_ordinary_batch(texts, num_threads=4) == expected
-
+def _in_forked_child(work, seconds, what):
+    """Runs ``work()`` (true when its results are right) in a forked child and fails the
+    test unless the child finishes within ``seconds`` with a true result."""
     import warnings
 
     with warnings.catch_warnings():
@@ -1182,16 +1176,12 @@ def test_encode_batch_after_fork(cl100k):
     if pid == 0:  # child
         code = 1
         try:
-            ok = tm.encode_batch(texts) == expected
-            ok = ok and tm.encode_ordinary_batch(texts, num_threads=3) == expected
-            ok = ok and tm.encode(texts[5]) == expected[5]
-            code = 0 if ok else 2
+            code = 0 if work() else 2
         except BaseException:  # noqa: BLE001
             code = 3
         finally:
             os._exit(code)
-
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + seconds
     status = None
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -1201,10 +1191,27 @@ def test_encode_batch_after_fork(cl100k):
     else:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        pytest.fail("encode_batch in a forked child did not finish within 30 s (deadlock?)")
+        pytest.fail(f"{what} in a forked child did not finish within {seconds} s (deadlock?)")
     assert os.WIFEXITED(status), f"child died: status {status}"
     code = os.WEXITSTATUS(status)
     assert code == 0, {2: "child got wrong results", 3: "child raised"}.get(code, code)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs POSIX fork")
+def test_encode_batch_after_fork(cl100k):
+    tm, tt = cl100k
+    texts = [f"document {i}: hello world, 你好 😀 " * (i % 7 + 1) for i in range(200)]
+    expected = [tt.encode(t) for t in texts]
+    # in the parent, use the batch path first so that any thread pool exists before the fork
+    assert tm.encode_batch(texts) == expected
+    assert tm.encode_ordinary_batch(texts, num_threads=4) == expected
+
+    def work():
+        ok = tm.encode_batch(texts) == expected
+        ok = ok and tm.encode_ordinary_batch(texts, num_threads=3) == expected
+        return ok and tm.encode(texts[5]) == expected[5]
+
+    _in_forked_child(work, 30, "encode_batch")
     # the parent still works after the fork
     assert tm.encode_batch(texts) == expected
 
@@ -1234,35 +1241,15 @@ def test_fork_while_a_batch_makes_its_lists(cl100k):
         time.sleep(0)
     installed_at_fork = _arena_allocator() != original
 
-    import warnings
+    def work():
+        made = [[i, str(i)] for i in range(300_000)]  # many new arenas
+        ok = len(made) == 300_000 and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
+        return ok and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            made = [[i, str(i)] for i in range(300_000)]  # many new arenas
-            ok = len(made) == 300_000 and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
-            ok = ok and tm.encode_ordinary_batch(texts[:5000], num_threads=2) == want
-            code = 0 if ok else 2
-        except BaseException:  # noqa: BLE001
-            code = 3
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + 60
-    status = None
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child did not finish within 60 s (deadlock?)")
-    batch.join()
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    try:
+        _in_forked_child(work, 60, "allocating and encoding")
+    finally:
+        batch.join()
     assert installed_at_fork, "the fork did not happen while the batch's allocator was in place"
     assert result["out"][:5000] == want
     assert _arena_allocator() == original
