@@ -274,13 +274,17 @@ fn four_parts(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, ids: [Rank; 4], 
 /// with the next part keeps index `k`, so a merge rewrites a few entries and moves
 /// nothing. `keys[k]` holds the rank of merging part `k` with the next one in its high
 /// half and `k` in its low half, so that the lowest key is the lowest rank, leftmost on
-/// ties: it is found over all `N` keys in a fixed tree of comparisons, with no branch
-/// that depends on the ranks (cachegrind: 17-28% fewer simulated mispredictions than
-/// shifting the arrays and scanning with branches). For pieces of 33-127 bytes the tree
-/// also beat a scan of the first `n` keys, whose minimum is one long chain of dependent
-/// comparisons (merging alone: 1.3x on such pieces of UI text). A part that is
-/// gone, the last part, and a pair that is no token all have the key `GONE` or one of
-/// rank `Rank::MAX`: the merging stops when the lowest key is one of those.
+/// ties: it is found in fixed trees of comparisons, with no branch that depends on the
+/// ranks (cachegrind: 17-28% fewer simulated mispredictions than shifting the arrays and
+/// scanning with branches). For pieces of 33-127 bytes a tree also beat a scan of the
+/// first `n` keys, whose minimum is one long chain of dependent comparisons (merging
+/// alone: 1.3x on such pieces of UI text). From 16 keys on, the keys are grouped (4 or 8
+/// a group, [`group_size`]) and each group's lowest is kept: a merge step changes at most
+/// three keys, so it recomputes three groups and then takes the lowest of the groups'
+/// minima, instead of a tree over all `N` keys (for 64 keys, 28 comparisons instead of
+/// 63). A part that is gone, the last part, and a pair that is no token all have the key
+/// `GONE` or one of rank `Rank::MAX`: the merging stops when the lowest key is one of
+/// those.
 #[inline(always)]
 fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     const GONE: u64 = (Rank::MAX as u64) << 32;
@@ -301,9 +305,23 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     }
     let mut parts = n;
     // The key of merging the part at `k` with the next one, which ends at `e`.
-    let key = |k: usize, e: usize| -> u64 { (rank_of(vocab, &piece[k..e]) as u64) << 32 | k as u64 };
+    #[inline(always)]
+    fn key_of(vocab: &Vocab, piece: &[u8], k: usize, e: usize) -> u64 {
+        (vocab.merged_rank(&piece[k..e]) as u64) << 32 | k as u64
+    }
+    let key = |k: usize, e: usize| -> u64 { key_of(vocab, piece, k, e) };
+    // For 16 keys or more, the lowest of each group of `size` keys is kept, and a merge
+    // updates only the groups of the (at most three) keys it changed.
+    let grouped = N >= 16;
+    let size = group_size(N);
+    let mut mins = [GONE; GROUPS];
+    if grouped {
+        for (g, m) in mins.iter_mut().enumerate().take(N / size) {
+            *m = group_lowest(&keys, g, size);
+        }
+    }
     loop {
-        let lowest = lowest_key(&keys);
+        let lowest = if grouped { lowest_of_groups(&mins, N / size) } else { lowest_key(&keys) };
         let best = (lowest >> 32) as Rank;
         if best == Rank::MAX {
             break;
@@ -323,11 +341,19 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         // (When no part follows, this writes a place no part reads: `prev[0]`, or one
         // past the piece.)
         prev[after & (N - 1)] = at as u8;
+        let mut left = at;
         if at > 0 {
-            let p = prev[at] as usize;
-            keys[p] = key(p, after);
+            left = prev[at] as usize;
+            keys[left] = key(left, after);
         }
         keys[at] = if after < n { key(at, end[after] as usize) } else { GONE };
+        if grouped {
+            // (`left <= at < right`: the same group is often found twice; recomputing it
+            // costs less than a branch on it.)
+            for k in [left, at, right] {
+                mins[(k / size) % GROUPS] = group_lowest(&keys, k / size, size);
+            }
+        }
     }
     // Every part is a token whose id is already known (merged parts took the rank of
     // their merge); only a byte the vocabulary lacks has none.
@@ -341,6 +367,49 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         k = e;
     }
     Ok(())
+}
+
+/// Keys per group in [`merge_in_arrays`]' arrays of `n` keys: the fewest comparisons per
+/// merge step (three groups recomputed, then the lowest of the groups' minima).
+const fn group_size(n: usize) -> usize {
+    if n >= 64 {
+        8
+    } else {
+        4
+    }
+}
+/// The most groups an array has.
+const GROUPS: usize = LONG_PIECE / 8;
+
+/// The lowest of group `g`'s keys (`keys[g * size..][..size]`, `size` at most 8), in
+/// halving steps.
+#[inline(always)]
+fn group_lowest<const N: usize>(keys: &[u64; N], g: usize, size: usize) -> u64 {
+    let base = (g * size) % N;
+    let mut v = [0u64; 8];
+    v[..size].copy_from_slice(&keys[base..base + size]);
+    let mut width = size;
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            v[k] = v[k].min(v[k + width]);
+        }
+    }
+    v[0]
+}
+
+/// The lowest of the first `groups` group minima, in halving steps.
+#[inline(always)]
+fn lowest_of_groups(mins: &[u64; GROUPS], groups: usize) -> u64 {
+    let mut v = *mins;
+    let mut width = groups;
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            v[k] = v[k].min(v[k + width]);
+        }
+    }
+    v[0]
 }
 
 /// The lowest of `keys` (`N` a power of two), in halving steps: each step's comparisons

@@ -213,6 +213,22 @@ impl Vocab {
         }
     }
 
+    /// The rank of a string of at least three bytes, `Rank::MAX` when it is no token: what
+    /// a merge step asks of two adjacent parts (one of them merged already, so never fewer
+    /// than three bytes). Inlined where it is used, with the lengths in the order merging
+    /// meets them and no case for one or two bytes; longer strings go out of line.
+    #[inline(always)]
+    pub fn merged_rank(&self, bytes: &[u8]) -> Rank {
+        debug_assert!(bytes.len() >= 3);
+        if bytes.len() <= INLINE_MAX {
+            if bytes.len() == 3 {
+                return self.three_rank(bytes[0], bytes[1], bytes[2]);
+            }
+            return self.short.get(inline_key(bytes)).unwrap_or(Rank::MAX);
+        }
+        self.rank(bytes).unwrap_or(Rank::MAX)
+    }
+
     /// The rank of one byte, `Rank::MAX` when the vocabulary lacks it.
     #[inline(always)]
     pub fn byte_rank(&self, byte: u8) -> Rank {
