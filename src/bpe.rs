@@ -321,7 +321,7 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         }
     }
     loop {
-        let lowest = if grouped { lowest_of_groups(&mins, N / size) } else { lowest_key(&keys) };
+        let lowest = if grouped { lowest_of(mins, N / size) } else { lowest_of(keys, N) };
         let best = (lowest >> 32) as Rank;
         if best == Rank::MAX {
             break;
@@ -381,43 +381,20 @@ const fn group_size(n: usize) -> usize {
 /// The most groups an array has.
 const GROUPS: usize = LONG_PIECE / 8;
 
-/// The lowest of group `g`'s keys (`keys[g * size..][..size]`, `size` at most 8), in
-/// halving steps.
+/// The lowest of group `g`'s keys (`keys[g * size..][..size]`, `size` at most 8).
 #[inline(always)]
 fn group_lowest<const N: usize>(keys: &[u64; N], g: usize, size: usize) -> u64 {
     let base = (g * size) % N;
     let mut v = [0u64; 8];
     v[..size].copy_from_slice(&keys[base..base + size]);
-    let mut width = size;
-    while width > 1 {
-        width /= 2;
-        for k in 0..width {
-            v[k] = v[k].min(v[k + width]);
-        }
-    }
-    v[0]
+    lowest_of(v, size)
 }
 
-/// The lowest of the first `groups` group minima, in halving steps.
+/// The lowest of the first `width` of `v` (`width` a power of two, known where this is
+/// inlined), in halving steps: each step's comparisons are independent of one another.
+/// Takes a copy, which it overwrites.
 #[inline(always)]
-fn lowest_of_groups(mins: &[u64; GROUPS], groups: usize) -> u64 {
-    let mut v = *mins;
-    let mut width = groups;
-    while width > 1 {
-        width /= 2;
-        for k in 0..width {
-            v[k] = v[k].min(v[k + width]);
-        }
-    }
-    v[0]
-}
-
-/// The lowest of `keys` (`N` a power of two), in halving steps: each step's comparisons
-/// are independent of one another.
-#[inline(always)]
-fn lowest_key<const N: usize>(keys: &[u64; N]) -> u64 {
-    let mut v = *keys;
-    let mut width = N;
+fn lowest_of<const M: usize>(mut v: [u64; M], mut width: usize) -> u64 {
     while width > 1 {
         width /= 2;
         for k in 0..width {
