@@ -410,6 +410,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn merged_rank_agrees_with_the_map_for_three_bytes_and_more() {
+        // Tokens of 2 to 40 bytes over a small alphabet, so that many strings looked up
+        // are one byte away from a token; every substring of three bytes or more of some
+        // longer strings is asked for, tokens and not.
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut strings = Vec::new();
+        for i in 0..4000u32 {
+            let r = next();
+            let len = 2 + (r % 39) as usize;
+            let t: Vec<u8> = (0..len).map(|j| b"ab\xc3\xa9 "[((r >> (j % 60)) as usize ^ j) % 5]).collect();
+            ranks.entry(t.clone()).or_insert(256 + i);
+            strings.push(t);
+        }
+        let vocab = Vocab::new(ranks.clone(), vec![]).unwrap();
+        let mut found = 0;
+        for s in strings.iter().take(400) {
+            let mut longer = s.clone();
+            longer.extend_from_slice(&strings[s.len()]);
+            for a in 0..longer.len() {
+                for b in a + 3..=longer.len() {
+                    let want = ranks.get(&longer[a..b]).copied().unwrap_or(Rank::MAX);
+                    assert_eq!(vocab.merged_rank(&longer[a..b]), want, "{:?}", &longer[a..b]);
+                    found += (want != Rank::MAX) as usize;
+                }
+            }
+        }
+        assert!(found > 1000, "only {found} tokens among the strings asked for");
+    }
+
     fn small() -> Vocab {
         let mut ranks = FxHashMap::default();
         for b in 0..=255u8 {
