@@ -1,0 +1,143 @@
+"""Two builds of tokenmill's extension against each other, in one process, alternating.
+
+On a host whose speed wanders (a shared VM: the same build's pass can run 1.4x faster or
+slower from one process to the next), single runs and even runs in alternating fresh
+processes say little about a change of a few percent. This script loads both builds'
+``_core`` modules into one process and times them in turns, round after round, each
+round on fresh encoders, then prints the median ratio and its quartiles.
+
+A build is a directory holding a ``tokenmill`` package with its compiled ``_core``
+(for example a copy of ``python/tokenmill`` after ``maturin develop``, saved before the
+change). Text is the encoding benchmark's (``encode_compare.build_slices``).
+
+Modes:
+* ``merge``: merging alone, ``encode_single_piece`` over the long slice's pieces that the
+  short slice lacks and that are no token (no cache helps them), optionally by kind and
+  by length in bytes (``--min-bytes``/``--max-bytes``); each round times a quarter of
+  them on one encoder per build;
+* ``short``, ``long``, ``warm``: a pass over the documents as in ``encode_compare.py``
+  (``warm``: the long slice after the short one, on the same fresh encoder);
+* ``nospace``: the benchmark's megabyte of letters and punctuation without whitespace.
+
+Example: ``python benches/ab_builds.py BEFORE AFTER --mode merge --kind ui --min-bytes 16``
+prints ``AFTER / BEFORE`` speed.
+"""
+
+import argparse
+import gc
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode_compare import KINDS, build_slices, worst_text  # noqa: E402
+
+
+def load_core(build: str, tag: str):
+    """The ``_core`` module of the build in directory ``build``, under its own name."""
+    found = sorted(Path(build, "tokenmill").glob("_core*.so")) + sorted(Path(build, "tokenmill").glob("_core*.pyd"))
+    if not found:
+        raise SystemExit(f"{build}: no tokenmill/_core extension in it")
+    spec = importlib.util.spec_from_file_location(f"ab_{tag}._core", found[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_seen_pieces(pattern, ranks, short, long_, kind):
+    """The long slice's distinct pieces that the short slice lacks and that are no token."""
+    import regex
+
+    split = regex.compile(pattern).findall
+    seen = {p for _, _, text in short for p in split(text)}
+    pieces = []
+    for k, _, text in long_:
+        if kind != "all" and k != kind:
+            continue
+        for p in split(text):
+            if p not in seen:
+                seen.add(p)
+                b = p.encode()
+                if len(b) >= 2 and b not in ranks:
+                    pieces.append(b)
+    return pieces
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("before", help="directory of the first build (the baseline)")
+    ap.add_argument("after", help="directory of the second build")
+    ap.add_argument("--encoding", default="o200k_base")
+    ap.add_argument("--mode", choices=["merge", "short", "long", "warm", "nospace"], default="merge")
+    ap.add_argument("--kind", choices=["all", *KINDS], default="all", help="kind of text (default: all)")
+    ap.add_argument("--min-bytes", type=int, default=0, help="merge mode: shortest piece kept")
+    ap.add_argument("--max-bytes", type=int, default=1 << 30, help="merge mode: longest piece kept")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 100 for merge, 16 otherwise)")
+    args = ap.parse_args()
+    rounds = args.rounds or (100 if args.mode == "merge" else 16)
+
+    import tiktoken
+
+    ref = tiktoken.get_encoding(args.encoding)
+    ranks, specials, pattern = ref._mergeable_ranks, ref._special_tokens, ref._pat_str
+    cores = {"before": load_core(args.before, "before"), "after": load_core(args.after, "after")}
+    fresh = {name: (lambda m=m: m.CoreBPE(ranks, specials, pattern)) for name, m in cores.items()}
+
+    if args.mode == "nospace":
+        warm, timed = [], [worst_text("nospace", 1_000_000)]
+    else:
+        short, long_ = build_slices([4_500_000, 20_000_000])[0]
+        pick = lambda docs: [t for k, _, t in docs if args.kind == "all" or k == args.kind]  # noqa: E731
+    if args.mode == "merge":
+        pieces = [p for p in first_seen_pieces(pattern, ranks, short, long_, args.kind) if args.min_bytes <= len(p) <= args.max_bytes]
+        if not pieces:
+            raise SystemExit("no pieces of that kind and length")
+        one = {name: make() for name, make in fresh.items()}
+        if any(one["before"].encode_single_piece(p) != one["after"].encode_single_piece(p) for p in pieces):
+            raise SystemExit("the two builds merge some piece differently")
+        chunk = pieces[: max(1, len(pieces) // 4)]
+        print(f"{len(pieces):,} pieces, {sum(map(len, pieces)) / len(pieces):.1f} bytes on average; each round merges {len(chunk):,}")
+    elif args.mode != "nospace":
+        warm = pick(short) if args.mode == "warm" else []
+        timed = pick(short) if args.mode == "short" else pick(long_)
+    nbytes = sum(len(t.encode()) for t in timed) if args.mode != "merge" else sum(map(len, chunk))
+
+    def one_round(name: str) -> float:
+        """Seconds of the timed work on a fresh encoder of build ``name``."""
+        core = one[name] if args.mode == "merge" else fresh[name]()
+        if args.mode == "merge":
+            f = core.encode_single_piece
+            t0 = time.perf_counter()
+            for p in chunk:
+                f(p)
+            return time.perf_counter() - t0
+        for text in warm:
+            core.encode_ordinary(text)
+        f = core.encode_ordinary
+        t0 = time.perf_counter()
+        for text in timed:
+            f(text)
+        return time.perf_counter() - t0
+
+    ratios, seconds = [], {"before": [], "after": []}
+    gc.collect()
+    gc.disable()
+    for r in range(rounds):
+        took = {name: one_round(name) for name in (("before", "after") if r % 2 == 0 else ("after", "before"))}
+        gc.collect()
+        for name, s in took.items():
+            seconds[name].append(s)
+        ratios.append(took["before"] / took["after"])
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    mbps = {name: nbytes / 1e6 / statistics.median(s) for name, s in seconds.items()}
+    print(
+        f"{args.encoding} {args.mode} {args.kind}: after / before {statistics.median(ratios):.3f} "
+        f"(quartiles {q1:.3f}-{q3:.3f}, {rounds} rounds); median MB/s before {mbps['before']:.1f}, after {mbps['after']:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
