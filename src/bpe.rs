@@ -305,12 +305,11 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     }
     let mut parts = n;
     // The key of merging the part at `k` with the next one, which ends at `e`. (A function
-    // marked to be inlined: as a plain closure it stayed a call per lookup.)
+    // marked to be inlined: as a closure it stayed a call per lookup.)
     #[inline(always)]
-    fn key_of(vocab: &Vocab, piece: &[u8], k: usize, e: usize) -> u64 {
+    fn key(vocab: &Vocab, piece: &[u8], k: usize, e: usize) -> u64 {
         (vocab.merged_rank(&piece[k..e]) as u64) << 32 | k as u64
     }
-    let key = |k: usize, e: usize| -> u64 { key_of(vocab, piece, k, e) };
     // For 16 keys or more, the lowest of each group of `size` keys is kept, and a merge
     // updates only the groups of the (at most three) keys it changed.
     let grouped = N >= 16;
@@ -345,9 +344,9 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         let mut left = at;
         if at > 0 {
             left = prev[at] as usize;
-            keys[left] = key(left, after);
+            keys[left] = key(vocab, piece, left, after);
         }
-        keys[at] = if after < n { key(at, end[after] as usize) } else { GONE };
+        keys[at] = if after < n { key(vocab, piece, at, end[after] as usize) } else { GONE };
         if grouped {
             // (`left <= at < right`: the same group is often found twice; recomputing it
             // costs less than a branch on it.)
