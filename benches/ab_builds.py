@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_compare import KINDS, build_slices, worst_text  # noqa: E402
+from first_seen_pieces import new_pieces  # noqa: E402
 
 
 def load_core(build: str, tag: str):
@@ -44,25 +45,6 @@ def load_core(build: str, tag: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def first_seen_pieces(pattern, ranks, short, long_, kind):
-    """The long slice's distinct pieces that the short slice lacks and that are no token."""
-    import regex
-
-    split = regex.compile(pattern).findall
-    seen = {p for _, _, text in short for p in split(text)}
-    pieces = []
-    for k, _, text in long_:
-        if kind != "all" and k != kind:
-            continue
-        for p in split(text):
-            if p not in seen:
-                seen.add(p)
-                b = p.encode()
-                if len(b) >= 2 and b not in ranks:
-                    pieces.append(b)
-    return pieces
 
 
 def main() -> int:
@@ -91,7 +73,8 @@ def main() -> int:
         short, long_ = build_slices([4_500_000, 20_000_000])[0]
         pick = lambda docs: [t for k, _, t in docs if args.kind == "all" or k == args.kind]  # noqa: E731
     if args.mode == "merge":
-        pieces = [p for p in first_seen_pieces(pattern, ranks, short, long_, args.kind) if args.min_bytes <= len(p) <= args.max_bytes]
+        split = fresh["before"]().split
+        pieces = [b for _, b in new_pieces(split, ranks, short, long_, args.kind) if max(2, args.min_bytes) <= len(b) <= args.max_bytes]
         if not pieces:
             raise SystemExit("no pieces of that kind and length")
         one = {name: make() for name, make in fresh.items()}

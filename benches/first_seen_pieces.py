@@ -30,11 +30,28 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import encode_compare as ec  # noqa: E402
+
+
+def new_pieces(split: Callable[[str], List[str]], ranks, short_docs, long_docs, kind: str = "all") -> Iterator[Tuple[str, bytes]]:
+    """The long slice's distinct pieces that the short slice lacks and that are no token,
+    as (str, UTF-8 bytes), in order of first appearance; with ``kind``, only in documents
+    of that kind."""
+    seen = {p for _, _, text in short_docs for p in split(text)}
+    for k, _, text in long_docs:
+        if kind != "all" and k != kind:
+            continue
+        for p in split(text):
+            if p in seen:
+                continue
+            seen.add(p)
+            b = p.encode("utf-8")
+            if b not in ranks:
+                yield p, b
 
 
 def first_seen_documents(name: str, short_mb: float, long_mb: float, min_bytes: int) -> Tuple[List[str], List[str]]:
@@ -43,18 +60,12 @@ def first_seen_documents(name: str, short_mb: float, long_mb: float, min_bytes: 
     import tokenmill
 
     enc = tokenmill.get_encoding(name)
-    ranks = enc._mergeable_ranks
     (short_docs, slice_docs), _ = ec.build_slices([int(short_mb * 1e6), int(long_mb * 1e6)])
-    seen = {p for _, _, text in short_docs for p in enc._core_bpe.split(text)}
-    pieces: List[str] = []
-    for _, _, text in slice_docs:
-        for p in enc._core_bpe.split(text):
-            if p in seen or p[0] == "\n" or any(c.isspace() for c in p[1:]):
-                continue
-            seen.add(p)
-            b = p.encode("utf-8")
-            if len(b) >= min_bytes and b not in ranks:
-                pieces.append(p)
+    pieces = [
+        p
+        for p, b in new_pieces(enc._core_bpe.split, enc._mergeable_ranks, short_docs, slice_docs)
+        if len(b) >= min_bytes and p[0] != "\n" and not any(c.isspace() for c in p[1:])
+    ]
     docs: List[str] = []
     for start in range(0, len(pieces), 1000):
         chunk = pieces[start : start + 1000]
