@@ -19,6 +19,10 @@ Modes:
   (``warm``: the long slice after the short one, on the same fresh encoder);
 * ``nospace``: the benchmark's megabyte of letters and punctuation without whitespace.
 
+A pass drops each list of ids as soon as it is made (its memory is then reused by the
+next call); ``--keep`` keeps them all until the pass ends, as ``encode_compare.py`` does,
+so that the lists take new memory and its page faults.
+
 Example: ``python benches/ab_builds.py BEFORE AFTER --mode merge --kind ui --min-bytes 16``
 prints ``AFTER / BEFORE`` speed.
 """
@@ -57,6 +61,9 @@ def main() -> int:
     ap.add_argument("--min-bytes", type=int, default=0, help="merge mode: shortest piece kept")
     ap.add_argument("--max-bytes", type=int, default=1 << 30, help="merge mode: longest piece kept")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 100 for merge, 16 otherwise)")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep every list of ids until the pass ends, as encode_compare.py does (default: drop each at once)"
+    )
     args = ap.parse_args()
     rounds = args.rounds or (100 if args.mode == "merge" else 16)
 
@@ -99,6 +106,15 @@ def main() -> int:
         for text in warm:
             core.encode_ordinary(text)
         f = core.encode_ordinary
+        if args.keep:
+            kept = []
+            keep = kept.append
+            t0 = time.perf_counter()
+            for text in timed:
+                keep(f(text))
+            took = time.perf_counter() - t0
+            del kept
+            return took
         t0 = time.perf_counter()
         for text in timed:
             f(text)
