@@ -1054,6 +1054,56 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
     }
 }
 
+/// The number of ids of `text` (under `policy`, or as ordinary text with `None`), without
+/// keeping them: the engine hands them over a few thousand at a time into a small buffer
+/// that is only counted, so no list, int or array of ids is made, whatever the text's
+/// length.
+fn count_ids(py: Python<'_>, enc: &Encoder, text: &Bound<'_, PyString>, policy: Option<&SpecialPolicy>) -> PyResult<usize> {
+    with_text(py, text, |t| {
+        let mut n = 0usize;
+        // (a short text's buffer sized for it: about one id per three bytes)
+        let every = (t.len() / 3 + 16).min(DRAIN_EVERY);
+        enc.encode_draining(t, policy, every, |ids| n += ids.len()).map(|()| n)
+    })?
+    .map_err(|e| to_py_err(py, e))
+}
+
+/// The number of ids of each text of a batch, counted on `threads` threads as
+/// [`encode_batch_flat`] encodes (bundles of texts; a long text cut into chunks for all
+/// threads), each bundle's ids kept only until they are counted.
+fn count_batch<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Vec<usize>> {
+    let n = texts.len();
+    let view = texts.view();
+    let small = n > 1 && texts.chars() < SMALL_BATCH;
+    let threads = if small { 1 } else { threads.min(batch::available_cores()) };
+    let bundles = texts.bundles();
+    let counted: Vec<Result<Vec<usize>, (usize, Failure)>> = py
+        .detach(|| {
+            batch::map(bundles, threads, |texts| {
+                let mut ids = Vec::new();
+                let mut counts = Vec::with_capacity(texts.len());
+                for i in texts.clone() {
+                    ids.clear();
+                    if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
+                        return Ok(Err((i, f)));
+                    }
+                    counts.push(ids.len());
+                }
+                Ok(Ok(counts))
+            })
+        })
+        .map_err(|e| to_py_err(py, e))?;
+    let mut all = Vec::with_capacity(n);
+    for bundle in counted {
+        match bundle {
+            Ok(counts) => all.extend(counts),
+            // (bundles in order: the first failed one holds the batch's first failure)
+            Err((i, failure)) => return Err(failure.into_py_err(py, &texts.text(i))),
+        }
+    }
+    Ok(all)
+}
+
 /// `tokens` as native-endian uint32 bytes, copied once (not into a zeroed object).
 fn u32_bytes<'py>(py: Python<'py>, tokens: &[Rank]) -> Bound<'py, PyBytes> {
     // SAFETY: every id is four plain bytes; the slice covers exactly the ids' memory.
@@ -1127,6 +1177,28 @@ impl PyCoreBPE {
     #[pyo3(signature = (texts, num_threads))]
     fn encode_ordinary_batch<'py>(&self, py: Python<'py>, texts: &Bound<'py, PyList>, num_threads: usize) -> PyResult<Bound<'py, PyList>> {
         encode_batch_to_lists(py, &self.inner, &BatchTexts::of_list(texts)?, None, num_threads)
+    }
+
+    /// The number of ids `encode_ordinary` would return, without making them.
+    fn count_ordinary(&self, py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<usize> {
+        count_ids(py, &self.inner, text, None)
+    }
+
+    /// The number of ids `encode` would return (or its error), without making them.
+    fn count(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        count_ids(py, &self.inner, text, Some(&policy))
+    }
+
+    #[pyo3(signature = (texts, num_threads))]
+    fn count_ordinary_batch(&self, py: Python<'_>, texts: &Bound<'_, PyList>, num_threads: usize) -> PyResult<Vec<usize>> {
+        count_batch(py, &self.inner, &BatchTexts::of_list(texts)?, None, num_threads)
+    }
+
+    #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
+    fn count_batch(&self, py: Python<'_>, texts: &Bound<'_, PyList>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>, num_threads: usize) -> PyResult<Vec<usize>> {
+        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+        count_batch(py, &self.inner, &BatchTexts::of_list(texts)?, Some(&policy), num_threads)
     }
 
     fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {

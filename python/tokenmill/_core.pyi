@@ -27,6 +27,14 @@ class CoreBPE:
         self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
     ) -> list[list[int]]: ...
     def encode_ordinary_batch(self, texts: Sequence[str], num_threads: int) -> list[list[int]]: ...
+    def count_ordinary(self, text: str) -> int:
+        """The number of ids ``encode_ordinary`` would return, without making them."""
+    def count(self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed) -> int:
+        """The number of ids ``encode`` would return (or its error), without making them."""
+    def count_ordinary_batch(self, texts: Sequence[str], num_threads: int) -> list[int]: ...
+    def count_batch(
+        self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
+    ) -> list[int]: ...
     def encode_batch_to_bytes(
         self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
     ) -> tuple[bytes, bytes]:

@@ -272,6 +272,71 @@ class Encoding:
         )
         return np.frombuffer(ids, dtype=np.uint32), np.frombuffer(offsets, dtype=np.int64)
 
+    # ------------------------------------------------------------------ counting
+
+    def count_tokens(
+        self,
+        text: str,
+        *,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> int:
+        """The number of ids :meth:`encode` gives for ``text``, with its arguments and its
+        errors, without making the ids: no list or int is built, whatever the length of
+        the text, so counting is faster than ``len(enc.encode(text))`` and takes a few KB.
+
+        >>> enc.count_tokens("hello world")
+        2
+        >>> enc.count_tokens("<|endoftext|>", allowed_special="all")
+        1
+        """
+        if not disallowed_special:
+            disallowed_special = ()
+        try:
+            return self._core_bpe.count(text, allowed_special, disallowed_special)
+        except UnicodeEncodeError:
+            return self._core_bpe.count(_replace_surrogates(text), allowed_special, disallowed_special)
+
+    def count_tokens_ordinary(self, text: str) -> int:
+        """The number of ids :meth:`encode_ordinary` gives for ``text``, without making them.
+
+        >>> enc.count_tokens_ordinary("<|endoftext|>")
+        7
+        """
+        try:
+            return self._core_bpe.count_ordinary(text)
+        except UnicodeEncodeError:
+            return self._core_bpe.count_ordinary(_replace_surrogates(text))
+
+    def count_tokens_batch(
+        self,
+        text: list[str],
+        *,
+        num_threads: int = _DEFAULT_THREADS,
+        allowed_special: AllowedSpecial = set(),  # noqa: B006
+        disallowed_special: DisallowedSpecial = "all",
+    ) -> list[int]:
+        """The number of ids of each text, counted in parallel (in Rust, without the GIL)
+        and without making the ids: what ``[len(ids) for ids in enc.encode_batch(text)]``
+        gives, with :meth:`encode_batch`'s arguments and errors. ``disallowed_special=()``
+        (with nothing allowed) counts as :meth:`encode_ordinary` encodes.
+
+        >>> enc.count_tokens_batch(["hello world", "goodbye world"])
+        [2, 3]
+        """
+        if not allowed_special and not disallowed_special:
+            num_threads = _threads(num_threads)
+            texts = _as_list(text)
+            try:
+                return self._core_bpe.count_ordinary_batch(texts, num_threads)
+            except TypeError as e:
+                raise _batch_type_error(texts) from e
+            except UnicodeEncodeError:
+                return self._core_bpe.count_ordinary_batch([_replace_surrogates(t) for t in texts], num_threads)
+        return self._special_batch(
+            self._core_bpe.count_batch, text, num_threads, allowed_special, disallowed_special
+        )
+
     def encode_with_unstable(
         self,
         text: str,
