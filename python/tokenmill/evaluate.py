@@ -12,9 +12,10 @@ counts UTF-8 bytes, characters and tokens, and reports
   ``(bpt / bpt_baseline - 1) * 100``. The bytes are the same for every tokenizer, so this is
   also ``tokens_baseline / tokens - 1``: +10% means the baseline needs 10% more tokens.
 
-Texts are encoded with :meth:`tokenmill.Encoding.encode_ordinary_batch`, a batch at a time
-(on all cores, without the GIL), so special-token strings in the text count as plain text and
-memory stays bounded whatever the input size. Only token counts are kept.
+Tokens are counted with :meth:`tokenmill.Encoding.count_tokens_batch` (with
+``disallowed_special=()``), a batch at a time (on all cores, without the GIL, and without
+making the ids), so special-token strings in the text count as plain text and memory stays
+bounded whatever the input size.
 
 Where the text comes from
 -------------------------
@@ -604,10 +605,10 @@ def evaluate(
     def flush() -> None:
         texts = [doc.text for doc, _ in batch]
         for tok in tokenizers:
-            ids = tok.encoding.encode_ordinary_batch(texts, num_threads=threads)
-            for (_, rows), doc_ids in zip(batch, ids):
+            counts = tok.encoding.count_tokens_batch(texts, num_threads=threads, disallowed_special=())
+            for (_, rows), n in zip(batch, counts):
                 for row in rows:
-                    row.tokens[tok.label] = row.tokens.get(tok.label, 0) + len(doc_ids)
+                    row.tokens[tok.label] = row.tokens.get(tok.label, 0) + n
         batch.clear()
 
     for doc in documents:
