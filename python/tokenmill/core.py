@@ -197,16 +197,19 @@ class Encoding:
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        return self._ordinary_batch(self._core_bpe.encode_ordinary_batch, text, num_threads)
+
+    def _ordinary_batch(self, core_call, text, num_threads):
+        """``core_call(texts, num_threads)`` with tiktoken's argument checks, its TypeError
+        for an item that is no str, and its fix-up of lone surrogates."""
         num_threads = _threads(num_threads)
         texts = _as_list(text)
         try:
-            return self._core_bpe.encode_ordinary_batch(texts, num_threads)
+            return core_call(texts, num_threads)
         except TypeError as e:
             raise _batch_type_error(texts) from e
         except UnicodeEncodeError:
-            return self._core_bpe.encode_ordinary_batch(
-                [_replace_surrogates(t) for t in texts], num_threads
-            )
+            return core_call([_replace_surrogates(t) for t in texts], num_threads)
 
     def encode_batch(
         self,
@@ -325,14 +328,7 @@ class Encoding:
         [2, 3]
         """
         if not allowed_special and not disallowed_special:
-            num_threads = _threads(num_threads)
-            texts = _as_list(text)
-            try:
-                return self._core_bpe.count_ordinary_batch(texts, num_threads)
-            except TypeError as e:
-                raise _batch_type_error(texts) from e
-            except UnicodeEncodeError:
-                return self._core_bpe.count_ordinary_batch([_replace_surrogates(t) for t in texts], num_threads)
+            return self._ordinary_batch(self._core_bpe.count_ordinary_batch, text, num_threads)
         return self._special_batch(
             self._core_bpe.count_batch, text, num_threads, allowed_special, disallowed_special
         )
