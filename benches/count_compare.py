@@ -44,10 +44,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_compare import _tiktoken_like, build_slices, describe_slice  # noqa: E402
+from encode_compare import BLOB_URL, _tiktoken_like, build_slices, describe_slice  # noqa: E402
 
 #: row name -> (library, how it counts one text, how it counts a batch or None).
 ROWS: Dict[str, Tuple[str, str, Optional[str]]] = {
@@ -58,43 +58,36 @@ ROWS: Dict[str, Tuple[str, str, Optional[str]]] = {
 }
 
 
-def _counters(lib: str, name: str, vocab_file: str) -> Tuple[Callable[[str], int], Callable[[List[str], int], List[int]], Callable[[List[str], int], List[int]]]:
-    """(count one text, count a batch with the counting call, count a batch through lists)."""
+def _ways(lib: str, name: str, vocab_file: str) -> Dict[str, Callable[[List[str], int], List[int]]]:
+    """The library's ways of counting the tokens of documents (``how`` -> docs, threads ->
+    counts): ``count`` and ``len_encode`` one call per document, ``count_batch`` and
+    ``len_encode_batch`` one batch call."""
     if lib in ("tokenmill", "tiktoken"):
         enc = _tiktoken_like(__import__(lib), name)
         encode = enc.encode_ordinary
-
-        def len_encode_batch(docs: List[str], threads: int) -> List[int]:
-            return [len(ids) for ids in enc.encode_ordinary_batch(docs, num_threads=threads)]
-
+        ways: Dict[str, Callable[[List[str], int], List[int]]] = {
+            "len_encode": lambda docs, _: [len(encode(d)) for d in docs],
+            "len_encode_batch": lambda docs, threads: [len(ids) for ids in enc.encode_ordinary_batch(docs, num_threads=threads)],
+        }
         if lib == "tokenmill":
-
-            def count_batch(docs: List[str], threads: int) -> List[int]:
-                return enc.count_tokens_batch(docs, disallowed_special=(), num_threads=threads)
-
-            return enc.count_tokens_ordinary, count_batch, len_encode_batch
-        return (lambda text: len(encode(text))), len_encode_batch, len_encode_batch
+            count = enc.count_tokens_ordinary
+            ways["count"] = lambda docs, _: [count(d) for d in docs]
+            ways["count_batch"] = lambda docs, threads: enc.count_tokens_batch(docs, disallowed_special=(), num_threads=threads)
+        return ways
     if lib == "fastokens":
         os.environ["FASTOKENS_BPE_THREADS"] = "1"  # every call on the calling thread
         import fastokens
 
         tok = fastokens.Tokenizer.from_tiktoken(vocab_file, encoding=name)
-        one = (lambda text: len(tok.encode_ordinary(text).ids))
-        return one, None, None  # type: ignore[return-value]
+        return {"len_encode": lambda docs, _: [len(tok.encode_ordinary(d).ids) for d in docs]}
     raise ValueError(lib)
 
 
 def worker(spec: dict) -> int:
-    lib, how = spec["lib"], spec["how"]
-    count_one, count_batch, len_batch = _counters(lib, spec["encoding"], spec["vocab_file"])
+    way = _ways(spec["lib"], spec["encoding"], spec["vocab_file"])[spec["how"]]
     docs: List[str] = json.loads(Path(spec["docs"]).read_text(encoding="utf-8"))
     t0 = time.perf_counter()
-    if how == "count" or how == "len_encode":
-        counts = [count_one(d) for d in docs]
-    elif how == "count_batch":
-        counts = count_batch(docs, spec["threads"])
-    else:
-        counts = len_batch(docs, spec["threads"])
+    counts = way(docs, spec["threads"])
     seconds = time.perf_counter() - t0
     Path(spec["out"]).write_text(json.dumps({"seconds": seconds, "counts": counts}))
     return 0
@@ -145,13 +138,10 @@ def one_process(spec: dict) -> int:
 
 
 def _vocab_file(name: str) -> str:
-    import hashlib
+    """Where tiktoken's cache keeps ``name``'s vocabulary (fastokens reads the file)."""
+    from tokenmill.load import cache_path_for
 
-    import tiktoken  # noqa: F401  (the cache folder convention is tiktoken's)
-
-    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    return os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())
+    return cache_path_for(BLOB_URL.format(name=name)) or ""
 
 
 def run(spec: dict, timeout: float) -> Optional[dict]:

@@ -285,8 +285,8 @@ class Encoding:
         disallowed_special: DisallowedSpecial = "all",
     ) -> int:
         """The number of ids :meth:`encode` gives for ``text``, with its arguments and its
-        errors, without making the ids: no list or int is built, whatever the length of
-        the text, so counting is faster than ``len(enc.encode(text))`` and takes a few KB.
+        errors, without making them: no list is built (nor freed), and the engine's ids are
+        counted a few thousand at a time, so a text of any length is counted in a few KB.
 
         >>> enc.count_tokens("hello world")
         2
@@ -320,9 +320,10 @@ class Encoding:
         disallowed_special: DisallowedSpecial = "all",
     ) -> list[int]:
         """The number of ids of each text, counted in parallel (in Rust, without the GIL)
-        and without making the ids: what ``[len(ids) for ids in enc.encode_batch(text)]``
-        gives, with :meth:`encode_batch`'s arguments and errors. ``disallowed_special=()``
-        (with nothing allowed) counts as :meth:`encode_ordinary` encodes.
+        and without making lists: what ``[len(ids) for ids in enc.encode_batch(text)]``
+        gives, with :meth:`encode_batch`'s arguments and errors (each worker holds one
+        text's ids at a time). ``disallowed_special=()`` (with nothing allowed) counts as
+        :meth:`encode_ordinary` encodes.
 
         >>> enc.count_tokens_batch(["hello world", "goodbye world"])
         [2, 3]
