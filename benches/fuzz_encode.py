@@ -18,7 +18,9 @@ Each text goes to ``encode_ordinary`` alone or, in one case in five, in a batch 
 texts on two threads (``encode_ordinary_batch``, or, every other batch when numpy is
 installed, ``encode_batch_to_numpy`` with ``disallowed_special=()``); its ids must equal tiktoken's
 ``encode_ordinary``, and ``decode_bytes`` of them must give the text's UTF-8 back. Every
-pretrained encoding found in tiktoken's cache takes part. The first difference stops the
+text is also counted (``count_tokens_ordinary`` alone, ``count_tokens_batch`` in a
+batch), and its count must be the number of tiktoken's ids. Every pretrained encoding
+found in tiktoken's cache takes part. The first difference stops the
 run: the encoding and the text are written (as Python ``repr``) to a file whose path is
 printed, and the exit status is 1. A run is reproducible from its ``--seed``, except that
 a time budget ends it after a varying number of texts.
@@ -152,10 +154,16 @@ def main(argv: List[str]) -> int:
             got = [ids[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         else:
             got = encoding.encode_ordinary_batch(batch, num_threads=2)
+        if len(batch) == 1:
+            counts = [encoding.count_tokens_ordinary(batch[0])]
+        else:
+            counts = encoding.count_tokens_batch(batch, num_threads=2, disallowed_special=())
         batches += len(batch) > 1
-        for text, w, g in zip(batch, want, got):
+        for text, w, g, n in zip(batch, want, got, counts):
             if list(g) != w:
                 return report(args.out, "DIFFERENT IDS", name, text)
+            if n != len(w):
+                return report(args.out, "DIFFERENT COUNT", name, text)
             if encoding.decode_bytes(g) != text.encode("utf-8"):
                 return report(args.out, "DECODING DIFFERS FROM THE TEXT", name, text)
             chars += len(text)
