@@ -1,4 +1,4 @@
-"""The ``tokenmill`` command line: ``train`` and ``encode``."""
+"""The ``tokenmill`` command line: ``train``, ``encode`` and ``count``."""
 
 from __future__ import annotations
 
@@ -181,12 +181,56 @@ def test_encode_with_a_directory_that_is_not_an_encoding(tmp_path, corpus_file, 
 
 
 def test_python_dash_m_help():
-    for args in (["--help"], ["train", "--help"], ["encode", "--help"]):
+    for args in (["--help"], ["train", "--help"], ["encode", "--help"], ["count", "--help"]):
         r = subprocess.run([sys.executable, "-m", "tokenmill", *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert "usage: tokenmill" in r.stdout
     r = subprocess.run([sys.executable, "-m", "tokenmill", "--help"], capture_output=True, text=True, timeout=60)
-    assert "train" in r.stdout and "encode" in r.stdout
+    assert "train" in r.stdout and "encode" in r.stdout and "count" in r.stdout
     r = subprocess.run([sys.executable, "-m", "tokenmill", "train", "--help"], capture_output=True, text=True, timeout=60)
     for opt in ("--vocab-size", "--output", "--max-chars", "--doc-cap", "--pattern", "--format", "--column", "--special"):
         assert opt in r.stdout
+
+
+def test_count_prints_a_line_per_file_and_a_total(corpus_file, tmp_path, capsys):
+    out_dir = tmp_path / "enc"
+    assert main(["train", str(corpus_file), "--vocab-size", "350", "--output", str(out_dir), "-q"]) == 0
+    capsys.readouterr()
+    enc = tokenmill.load(out_dir)
+    other = tmp_path / "other.txt"
+    other_text = "Another text: héllo wörld 日本語 😀 <|endoftext|> the vocabulary.\n" * 3
+    other.write_text(other_text, encoding="utf-8")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"caf\xe9 \xff\xfe ok\n")  # not UTF-8: undecodable bytes replaced
+    rc = main(["count", "--encoding", str(out_dir), "--threads", "2", str(corpus_file), str(other), str(bad)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    want = [len(enc.encode_ordinary(t)) for t in (TEXT, other_text, "caf\ufffd \ufffd\ufffd ok\n")]
+    lines = [line.split(None, 1) for line in out.splitlines()]
+    assert lines == [[str(n), name] for n, name in zip([*want, sum(want)], [str(corpus_file), str(other), str(bad), "total"])]
+
+
+def test_count_reads_standard_input_and_can_allow_special_tokens(cl100k, capsys, monkeypatch):
+    import io
+
+    text = "hello <|endoftext|> world\n"
+    enc, _ = cl100k  # (the command's default encoding)
+    for args, want in ((["count"], enc.encode_ordinary(text)),
+                       (["count", "-", "--allow-special"], enc.encode(text, allowed_special="all"))):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        assert main(args) == 0
+        assert capsys.readouterr().out.split() == [str(len(want)), "-"]
+
+
+def test_count_reports_an_unreadable_file_and_counts_the_rest(corpus_file, tmp_path, capsys):
+    out_dir = tmp_path / "enc"
+    assert main(["train", str(corpus_file), "--vocab-size", "300", "--output", str(out_dir), "-q"]) == 0
+    capsys.readouterr()
+    missing = tmp_path / "missing.txt"
+    rc = main(["count", "--encoding", str(out_dir), str(missing), str(corpus_file)])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "cannot read" in err and str(missing) in err
+    n = len(tokenmill.load(out_dir).encode_ordinary(TEXT))
+    assert out.split() == [str(n), str(corpus_file), str(n), "total"]
+    assert main(["count", "--encoding", str(out_dir), "--threads", "0", str(corpus_file)]) == 2

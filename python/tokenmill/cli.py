@@ -1,4 +1,4 @@
-"""The ``tokenmill`` command line: ``train`` (the default), ``encode`` and ``eval``."""
+"""The ``tokenmill`` command line: ``train`` (the default), ``encode``, ``count`` and ``eval``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ DEFAULT_VOCAB_SIZE = 8192
 
 def _bytes_per_token(enc, texts: Sequence[str]) -> float:
     n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-    n_tokens = sum(len(ids) for ids in enc.encode_ordinary_batch(list(texts)))
+    n_tokens = sum(enc.count_tokens_batch(list(texts), disallowed_special=()))
     return n_bytes / max(n_tokens, 1)
 
 
@@ -144,6 +144,64 @@ def cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``tokenmill count`` reads files until about this much text is waiting, counts it as one
+#: batch and prints its lines, so that memory stays bounded over many files.
+_COUNT_BATCH_BYTES = 64 << 20
+
+
+def cmd_count(args: argparse.Namespace) -> int:
+    """``tokenmill count``: the number of tokens in each file (``-`` or none: standard
+    input), one line each as ``wc`` prints them, then a total when there are several.
+    Files are read as UTF-8 (undecodable bytes replaced); special-token text counts as
+    ordinary text unless ``--allow-special``. A file that cannot be read is reported and
+    skipped, and the status is then 1."""
+    import tokenmill
+
+    if args.threads is not None and args.threads < 1:
+        raise ValueError("--threads must be at least 1")
+    try:
+        enc = _encoding_for(args.encoding)
+    except (ValueError, OSError) as e:
+        print(f"tokenmill: {e}", file=sys.stderr)
+        return 2
+    threads = args.threads or tokenmill._core.available_cores()
+    special = {"allowed_special": "all"} if args.allow_special else {"disallowed_special": ()}
+    files = list(args.files) or ["-"]
+    total = 0
+    names: List[str] = []
+    texts: List[str] = []
+    waiting = 0
+
+    def flush() -> None:
+        nonlocal total, waiting
+        for name, n in zip(names, enc.count_tokens_batch(texts, num_threads=threads, **special)):
+            print(f"{n:>10} {name}", flush=True)
+            total += n
+        names.clear()
+        texts.clear()
+        waiting = 0
+
+    failed = False
+    for f in files:
+        try:
+            data = sys.stdin.buffer.read() if f == "-" else Path(f).read_bytes()
+        except OSError as e:
+            # (as wc does: said, and the other files still counted; the status says so)
+            flush()
+            print(f"tokenmill: cannot read {f}: {e.strerror or e}", file=sys.stderr)
+            failed = True
+            continue
+        names.append(f)
+        texts.append(data.decode("utf-8", errors="replace"))
+        waiting += len(data)
+        if waiting >= _COUNT_BATCH_BYTES:
+            flush()
+    flush()
+    if len(files) > 1:
+        print(f"{total:>10} total")
+    return 1 if failed else 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``tokenmill eval``: bytes per token and tokens per character of each tokenizer, per row
     of text, relative to a baseline (see :mod:`tokenmill.evaluate`). Tokenizers that cannot be
@@ -233,6 +291,23 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--output", help="save all ids, concatenated, as a .npy uint32 array")
     enc.set_defaults(func=cmd_encode)
 
+    cnt = sub.add_parser(
+        "count",
+        help="count the tokens of files or standard input, a line per file as wc prints them",
+        description=(
+            "The number of tokens in each file (- or no file: standard input), then a total when "
+            "there are several. Files are read as UTF-8, undecodable bytes replaced; no ids are made."
+        ),
+    )
+    cnt.add_argument("files", nargs="*", help="files; - or none: standard input")
+    cnt.add_argument("--encoding", default="cl100k_base", help="encoding name or saved directory (default cl100k_base)")
+    cnt.add_argument("--threads", type=int, help="worker threads (default: all cores)")
+    cnt.add_argument(
+        "--allow-special", action="store_true",
+        help="count special-token text (<|endoftext|>) as one special token (default: as ordinary text)",
+    )
+    cnt.set_defaults(func=cmd_count)
+
     from tokenmill.evaluate import DEFAULT_TOKENIZERS, GROUP_BY, OUTPUT_FORMATS
 
     ev = sub.add_parser(
@@ -271,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("train", "encode", "eval", "-h", "--help"):
+    if not argv or argv[0] not in ("train", "encode", "count", "eval", "-h", "--help"):
         argv = ["train", *argv]
     args = ap.parse_args(argv)
     try:
