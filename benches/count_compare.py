@@ -177,21 +177,18 @@ def main() -> int:
     nbytes = sum(len(t.encode("utf-8")) for t in docs)
     for line in describe_slice("text", tagged):
         print(line)
-    if args.one_process:
-        with tempfile.TemporaryDirectory() as tmp:
-            docs_file = os.path.join(tmp, "docs.json")
-            Path(docs_file).write_text(json.dumps(docs), encoding="utf-8")
+    modes = ["single"] + (["batch"] if threads > 1 else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        docs_file = os.path.join(tmp, "docs.json")
+        Path(docs_file).write_text(json.dumps(docs), encoding="utf-8")
+        if args.one_process:
             for name in args.encodings:
                 spec = {"one_process": True, "encoding": name, "docs": docs_file, "rounds": args.repeat}
                 proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], timeout=args.timeout * 10)
                 if proc.returncode != 0:
                     return proc.returncode
-        return 0
-    modes = ["single"] + (["batch"] if threads > 1 else [])
-    print(f"one fresh process per figure, {args.repeat} rounds; batch rows on {threads} threads; x = tokenmill count's MB/s / the row's, paired by round\n")
-    with tempfile.TemporaryDirectory() as tmp:
-        docs_file = os.path.join(tmp, "docs.json")
-        Path(docs_file).write_text(json.dumps(docs), encoding="utf-8")
+            return 0
+        print(f"one fresh process per figure, {args.repeat} rounds; batch rows on {threads} threads; x = tokenmill count's MB/s / the row's, paired by round\n")
         for name in args.encodings:
             results: Dict[Tuple[str, str], List[Optional[dict]]] = {}
             for r in range(args.repeat):
