@@ -1,8 +1,9 @@
-"""The ``tokenmill`` command line: ``train`` (the default), ``encode``, ``count`` and ``eval``."""
+"""The ``tokenmill`` command line: ``train`` (the default), ``encode``, ``count``, ``eval`` and ``bench``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -260,10 +261,57 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``tokenmill bench``: tokenmill's speed against tiktoken's on the same text, each figure
+    from a fresh process, and whether the ids are the same (see :mod:`tokenmill.benchmark`).
+    Exit status 1 if any library's ids differ from tokenmill's, 2 if tokenmill cannot run."""
+    import tokenmill
+    from tokenmill import benchmark
+    from tokenmill.evaluate import offline
+    from tokenmill.load import VocabularyNotAvailableError
+
+    if args.repeat < 1:
+        raise ValueError("--repeat must be at least 1")
+    if args.threads < 0:
+        raise ValueError("--threads must be at least 1 (0: all cores)")
+    if args.limit_mb <= 0:
+        raise ValueError("--limit-mb must be positive")
+    threads = args.threads or tokenmill._core.available_cores()
+    # The encoding is loaded here first, so that a typo or a vocabulary that is not cached
+    # fails at once, with tokenmill's message, instead of in every worker.
+    try:
+        with (contextlib.nullcontext() if args.allow_download else offline()):
+            _encoding_for(args.encoding)
+    except VocabularyNotAvailableError as e:
+        print(f"tokenmill: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, KeyError) as e:
+        print(f"tokenmill: cannot load the encoding {args.encoding}: {e}", file=sys.stderr)
+        return 2
+    docs = benchmark.read_documents(
+        args.files, input_format=args.input_format, column=args.column, limit_bytes=int(args.limit_mb * 1e6)
+    )
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+    libraries = ["tokenmill", *(lib for lib in args.libs if lib != "tokenmill")]
+    result = benchmark.compare(
+        docs, args.encoding, libraries=libraries, threads=threads, repeat=args.repeat,
+        offline=not args.allow_download, progress=progress,
+    )
+    sys.stdout.write(benchmark.render(result))
+    if result.result("tokenmill") is None:
+        return 2
+    differ = [r.library for r in result.results if r.library != "tokenmill" and r.runs and result.first_difference(r.library) is not None]
+    return 1 if differ else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tokenmill.sources import FORMATS
 
-    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE: train, encode and evaluate.")
+    ap = argparse.ArgumentParser(prog="tokenmill", description="Fast byte-level BPE: train, encode, count, evaluate and benchmark.")
     sub = ap.add_subparsers(dest="command")
 
     tr = sub.add_parser("train", help="train a vocabulary (default corpus: the Python standard library's sources)")
@@ -340,13 +388,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="download pretrained vocabularies that are not cached (default: report them as unavailable)",
     )
     ev.set_defaults(func=cmd_eval)
+
+    from tokenmill.benchmark import LIBRARIES
+
+    be = sub.add_parser(
+        "bench",
+        help="time tokenmill against tiktoken on your text, and check that the ids are the same",
+        description=(
+            "Encodes the same documents with each library, each figure in a fresh process (a new "
+            "encoder, text it has not seen), and prints MB/s, tokenmill's speed over each "
+            "library's, the tokens, and whether every document's ids equal tokenmill's (exit "
+            "status 1 if not). Without files: the Python standard library's sources."
+        ),
+    )
+    be.add_argument("files", nargs="*", help="files, directories or globs; none: the built-in default corpus")
+    be.add_argument("--encoding", default="cl100k_base", help="encoding name or saved directory (default cl100k_base)")
+    be.add_argument(
+        "--libs", nargs="+", choices=LIBRARIES, default=list(LIBRARIES),
+        help=f"libraries to time (default: {' '.join(LIBRARIES)}); tokenmill, the reference, always runs",
+    )
+    be.add_argument("--threads", type=int, default=1, help="1 (default): encode_ordinary per document; N: encode_ordinary_batch on N threads; 0: all cores")
+    be.add_argument("--repeat", type=int, default=1, help="rounds, libraries in alternating order (default 1)")
+    be.add_argument("--limit-mb", type=float, default=20.0, help="read at most about this many MB (default 20)")
+    be.add_argument("--input-format", default="auto", choices=FORMATS, help="input format (default: by extension)")
+    be.add_argument("--column", default="text", help="JSONL field / Parquet column with the text (default text)")
+    be.add_argument("--allow-download", action="store_true", help="download a pretrained vocabulary that is not cached")
+    be.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    be.set_defaults(func=cmd_bench)
     return ap
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("train", "encode", "count", "eval", "-h", "--help"):
+    if not argv or argv[0] not in ("train", "encode", "count", "eval", "bench", "-h", "--help"):
         argv = ["train", *argv]
     args = ap.parse_args(argv)
     try:
