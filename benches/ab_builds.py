@@ -17,7 +17,10 @@ Modes:
   them on one encoder per build;
 * ``short``, ``long``, ``warm``: a pass over the documents as in ``encode_compare.py``
   (``warm``: the long slice after the short one, on the same fresh encoder);
-* ``nospace``: the benchmark's megabyte of letters and punctuation without whitespace.
+* ``nospace``: the benchmark's megabyte of letters and punctuation without whitespace;
+* ``train``: training's merge loop alone (``SpanCounter.learn_merges``, ``--vocab-size``)
+  on the spans of ``--train-mb`` of the standard library's sources (nanochat's pattern),
+  counted once per build before the rounds; both builds must learn the same merges.
 
 A pass drops each list of ids as soon as it is made (its memory is then reused by the
 next call); ``--keep`` keeps them all until the pass ends, as ``encode_compare.py`` does,
@@ -56,11 +59,13 @@ def main() -> int:
     ap.add_argument("before", help="directory of the first build (the baseline)")
     ap.add_argument("after", help="directory of the second build")
     ap.add_argument("--encoding", default="o200k_base")
-    ap.add_argument("--mode", choices=["merge", "short", "long", "warm", "nospace"], default="merge")
+    ap.add_argument("--mode", choices=["merge", "short", "long", "warm", "nospace", "train"], default="merge")
     ap.add_argument("--kind", choices=["all", *KINDS], default="all", help="kind of text (default: all)")
     ap.add_argument("--min-bytes", type=int, default=0, help="merge mode: shortest piece kept")
     ap.add_argument("--max-bytes", type=int, default=1 << 30, help="merge mode: longest piece kept")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 100 for merge, 16 otherwise)")
+    ap.add_argument("--vocab-size", type=int, default=32768, help="train mode: vocabulary size (default 32768)")
+    ap.add_argument("--train-mb", type=float, default=20.0, help="train mode: MB of text whose spans are counted (default 20)")
     ap.add_argument(
         "--keep", action="store_true", help="keep every list of ids until the pass ends, as encode_compare.py does (default: drop each at once)"
     )
@@ -74,7 +79,22 @@ def main() -> int:
     cores = {"before": load_core(args.before, "before"), "after": load_core(args.after, "after")}
     fresh = {name: (lambda m=m: m.CoreBPE(ranks, specials, pattern)) for name, m in cores.items()}
 
-    if args.mode == "nospace":
+    if args.mode == "train":
+        from tokenmill.corpus import stdlib_texts
+        from tokenmill.patterns import NANOCHAT_PATTERN
+
+        docs = list(stdlib_texts(int(args.train_mb * 1e6)))
+        counters = {}
+        for name, core in cores.items():
+            counters[name] = core.SpanCounter(NANOCHAT_PATTERN)
+            counters[name].update(docs, num_threads=core.available_cores())
+        num_merges = args.vocab_size - 256
+        learned = {name: c.learn_merges(num_merges)[0] for name, c in counters.items()}
+        if learned["before"] != learned["after"]:
+            raise SystemExit("the two builds learn different merges")
+        print(f"{sum(len(d.encode()) for d in docs) / 1e6:.1f} MB counted; each round learns {len(learned['after']):,} merges")
+        timed = []
+    elif args.mode == "nospace":
         warm, timed = [], [worst_text("nospace", 1_000_000)]
     else:
         short, long_ = build_slices([4_500_000, 20_000_000])[0]
@@ -89,13 +109,17 @@ def main() -> int:
             raise SystemExit("the two builds merge some piece differently")
         chunk = pieces[: max(1, len(pieces) // 4)]
         print(f"{len(pieces):,} pieces, {sum(map(len, pieces)) / len(pieces):.1f} bytes on average; each round merges {len(chunk):,}")
-    elif args.mode != "nospace":
+    elif args.mode not in ("nospace", "train"):
         warm = pick(short) if args.mode == "warm" else []
         timed = pick(short) if args.mode == "short" else pick(long_)
     nbytes = sum(len(t.encode()) for t in timed) if args.mode != "merge" else sum(map(len, chunk))
 
     def one_round(name: str) -> float:
         """Seconds of the timed work on a fresh encoder of build ``name``."""
+        if args.mode == "train":
+            t0 = time.perf_counter()
+            counters[name].learn_merges(num_merges)
+            return time.perf_counter() - t0
         core = one[name] if args.mode == "merge" else fresh[name]()
         if args.mode == "merge":
             f = core.encode_single_piece
@@ -130,6 +154,13 @@ def main() -> int:
             seconds[name].append(s)
         ratios.append(took["before"] / took["after"])
     q1, _, q3 = statistics.quantiles(ratios, n=4)
+    if args.mode == "train":
+        print(
+            f"train, vocab {args.vocab_size}: after / before {statistics.median(ratios):.3f} (quartiles {q1:.3f}-{q3:.3f}, "
+            f"{rounds} rounds); median seconds before {statistics.median(seconds['before']):.3f}, "
+            f"after {statistics.median(seconds['after']):.3f}"
+        )
+        return 0
     mbps = {name: nbytes / 1e6 / statistics.median(s) for name, s in seconds.items()}
     print(
         f"{args.encoding} {args.mode} {args.kind}: after / before {statistics.median(ratios):.3f} "

@@ -17,6 +17,11 @@ use dary_heap::OctonaryHeap;
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
+use crate::prefetch::prefetch;
+
+/// How many occurrences ahead the merge loop asks for a span's ids (and twice as many for
+/// its place and weight).
+const PREFETCH_SPANS: usize = 8;
 
 /// A pair of adjacent token ids.
 pub type Pair = (u32, u32);
@@ -51,11 +56,16 @@ impl PartialOrd for Candidate {
     }
 }
 
-/// Per pair: its weighted count and the spans it occurs in (possibly stale entries).
+/// Per pair: its weighted count, and where the list of the spans it occurs in lies in the
+/// shared pool of such lists (`pool[start..start + len]`; a span may be listed that no
+/// longer holds the pair, never one twice).
 #[derive(Default)]
 struct PairStats {
     count: i64,
-    spans: Vec<u32>,
+    start: usize,
+    len: u32,
+    /// While the first lists are built: one more than the last span counted.
+    last: u32,
 }
 
 /// Where the merge loop stands, for progress reports.
@@ -88,6 +98,19 @@ impl Spans {
             ids.extend(s.iter().map(|&b| b as u32));
         }
         Self { ids, start, len }
+    }
+
+    /// Asks for the line of span `i`'s start and length.
+    #[inline(always)]
+    fn prefetch_place(&self, i: usize) {
+        prefetch(&self.start[i]);
+        prefetch(&self.len[i]);
+    }
+
+    /// Asks for the first line of span `i`'s ids.
+    #[inline(always)]
+    fn prefetch_ids(&self, i: usize) {
+        prefetch(self.ids.as_ptr().wrapping_add(self.start[i] as usize));
     }
 
     #[inline]
@@ -142,17 +165,35 @@ pub fn learn_merges(
     let mut words = Spans::new(spans);
     let weight: Vec<i64> = counts.iter().map(|&c| c.min(i64::MAX as u64) as i64).collect();
 
+    // Every pair of adjacent bytes: its count and its spans. The lists go into one pool,
+    // not a vector per pair (hundreds of thousands of small allocations, as many to free at
+    // the end): a first pass counts each pair's spans, a second writes them in place.
     let mut stats: FxHashMap<u64, PairStats> = FxHashMap::default();
-    for i in 0..spans.len() {
-        let w = weight[i];
-        if w == 0 {
-            continue;
-        }
+    let live = || (0..spans.len()).filter(|&i| weight[i] > 0);
+    for i in live() {
         for p in words.get(i).windows(2) {
             let e = stats.entry(key(p[0], p[1])).or_default();
-            e.count += w;
-            if e.spans.last() != Some(&(i as u32)) {
-                e.spans.push(i as u32);
+            e.count += weight[i];
+            if e.last != i as u32 + 1 {
+                e.last = i as u32 + 1;
+                e.len += 1;
+            }
+        }
+    }
+    let mut pool: Vec<u32> = vec![0; stats.values().map(|e| e.len as usize).sum()];
+    let mut at = 0;
+    for e in stats.values_mut() {
+        e.start = at;
+        at += e.len as usize;
+        (e.len, e.last) = (0, 0);
+    }
+    for i in live() {
+        for p in words.get(i).windows(2) {
+            let e = stats.get_mut(&key(p[0], p[1])).expect("counted in the first pass");
+            if e.last != i as u32 + 1 {
+                e.last = i as u32 + 1;
+                pool[e.start + e.len as usize] = i as u32;
+                e.len += 1;
             }
         }
     }
@@ -161,7 +202,8 @@ pub fn learn_merges(
 
     let mut merges = Vec::with_capacity(num_merges as usize);
     let step = (num_merges / 100).max(1);
-    let mut created: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+    // The pairs a merge made, each with a span it appeared in (repeats included).
+    let mut created: Vec<(u64, u32)> = Vec::new();
     while (merges.len() as u32) < num_merges {
         let Some(top) = heap.pop() else { break };
         let current = stats.get(&top.pair).map_or(0, |s| s.count);
@@ -176,27 +218,45 @@ pub fn learn_merges(
         let new_id = 256 + merges.len() as u32;
         merges.push((a, b));
 
-        let occurrences = stats.remove(&top.pair).map(|s| s.spans).unwrap_or_default();
+        let merged = stats.remove(&top.pair).unwrap_or_default();
+        let occurrences = &pool[merged.start..merged.start + merged.len as usize];
         created.clear();
-        for &i in &occurrences {
+        for (j, &i) in occurrences.iter().enumerate() {
+            // The spans are spread over megabytes, in no order: their lines are asked for
+            // ahead, the span's place and weight first, then (once that place has had time
+            // to arrive) its ids, so that the misses overlap.
+            if let Some(&f) = occurrences.get(j + 2 * PREFETCH_SPANS) {
+                words.prefetch_place(f as usize);
+                prefetch(&weight[f as usize]);
+            }
+            if let Some(&g) = occurrences.get(j + PREFETCH_SPANS) {
+                words.prefetch_ids(g as usize);
+            }
             let w = weight[i as usize];
             words.merge(i as usize, a, b, new_id, |k, d| {
                 if k == top.pair {
                     return; // the merged pair itself: its entry is gone
                 }
-                let e = stats.entry(k).or_default();
-                e.count += d * w;
+                stats.entry(k).or_default().count += d * w;
                 if d > 0 {
-                    let list = created.entry(k).or_default();
-                    if list.last() != Some(&i) {
-                        list.push(i);
-                    }
+                    created.push((k, i));
                 }
             });
         }
-        for (k, list) in created.drain() {
+        // Each new pair's spans, once each, go to the end of the pool, and the pair into the
+        // heap with its count after the whole merge. Every new pair holds `new_id`, so it
+        // had no list before; the old one is kept all the same if it had.
+        created.sort_unstable();
+        created.dedup();
+        for run in created.chunk_by(|x, y| x.0 == y.0) {
+            let k = run[0].0;
             let e = stats.entry(k).or_default();
-            e.spans.extend_from_slice(&list);
+            let at = pool.len();
+            if e.len > 0 {
+                pool.extend_from_within(e.start..e.start + e.len as usize);
+            }
+            pool.extend(run.iter().map(|&(_, i)| i));
+            (e.start, e.len) = (at, (pool.len() - at) as u32);
             if e.count > 0 {
                 heap.push(Candidate { count: e.count, pair: k });
             }
