@@ -2,6 +2,7 @@
 //! each distinct span occurs. Documents are processed in parallel, a batch at a time; memory
 //! grows with the number of distinct spans, not with the number of documents.
 
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -10,19 +11,63 @@ use rustc_hash::FxHashMap;
 use crate::batch;
 use crate::error::Result;
 use crate::pretokenize::Splitter;
+use crate::vocab::{inline_key, INLINE_MAX};
+
+/// A span of at most [`INLINE_MAX`] bytes (most of them), held in the key itself: its
+/// bytes first, its length in the last byte (the layout of [`inline_key`]). Hashing it is
+/// two multiplies and comparing it two integer compares, where a string key costs a
+/// call to `memcmp` per comparison and an allocation per distinct span.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ShortSpan([u8; 16]);
+
+impl ShortSpan {
+    #[inline(always)]
+    fn new(span: &str) -> Self {
+        Self(inline_key(span.as_bytes()).to_le_bytes())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.0[..self.0[15] as usize]
+    }
+}
+
+impl Hash for ShortSpan {
+    #[inline(always)]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128(u128::from_le_bytes(self.0));
+    }
+}
 
 /// Counts of distinct spans over every document added so far.
 pub struct SpanCounts {
     splitter: Splitter,
-    counts: FxHashMap<Box<str>, u64>,
+    /// Spans of at most [`INLINE_MAX`] bytes.
+    short: FxHashMap<ShortSpan, u64>,
+    /// The longer ones.
+    long: FxHashMap<Box<str>, u64>,
     documents: u64,
     bytes: u64,
     spans: u64,
 }
 
+/// One worker's counts of a slice of documents, the long spans borrowed from them.
+#[derive(Default)]
+struct LocalCounts<'a> {
+    short: FxHashMap<ShortSpan, u64>,
+    long: FxHashMap<&'a str, u64>,
+    spans: u64,
+}
+
 impl SpanCounts {
     pub fn new(pattern: &str) -> Result<Self> {
-        Ok(Self { splitter: Splitter::new(pattern)?, counts: FxHashMap::default(), documents: 0, bytes: 0, spans: 0 })
+        Ok(Self {
+            splitter: Splitter::new(pattern)?,
+            short: FxHashMap::default(),
+            long: FxHashMap::default(),
+            documents: 0,
+            bytes: 0,
+            spans: 0,
+        })
     }
 
     pub fn splitter(&self) -> &Splitter {
@@ -44,26 +89,33 @@ impl SpanCounts {
         // Several slices per worker so that uneven documents still balance.
         let slice = docs.len().div_ceil(workers * 4).max(1);
         let splitter = &self.splitter;
-        let global = Mutex::new((&mut self.counts, &mut self.spans));
+        let global = Mutex::new((&mut self.short, &mut self.long, &mut self.spans));
         let count_slice = |slice: &[S]| -> Result<()> {
-            let mut local: FxHashMap<&str, u64> = FxHashMap::default();
-            let mut n = 0u64;
+            let mut local = LocalCounts::default();
             for d in slice {
                 splitter.for_each_piece(d.as_ref(), |piece| {
-                    *local.entry(piece).or_insert(0) += 1;
-                    n += 1;
+                    if piece.len() <= INLINE_MAX {
+                        *local.short.entry(ShortSpan::new(piece)).or_insert(0) += 1;
+                    } else {
+                        *local.long.entry(piece).or_insert(0) += 1;
+                    }
+                    local.spans += 1;
                     Ok(())
                 })?;
             }
             let mut guard = global.lock().unwrap_or_else(|e| e.into_inner());
-            let (counts, spans) = &mut *guard;
-            **spans += n;
-            counts.reserve(local.len() / 4);
-            for (span, c) in local {
-                match counts.get_mut(span) {
+            let (short, long, spans) = &mut *guard;
+            **spans += local.spans;
+            short.reserve(local.short.len() / 4);
+            for (span, c) in local.short {
+                *short.entry(span).or_insert(0) += c;
+            }
+            long.reserve(local.long.len() / 4);
+            for (span, c) in local.long {
+                match long.get_mut(span) {
                     Some(v) => *v += c,
                     None => {
-                        counts.insert(span.into(), c);
+                        long.insert(span.into(), c);
                     }
                 }
             }
@@ -81,17 +133,21 @@ impl SpanCounts {
         if count == 0 {
             return;
         }
-        match self.counts.get_mut(span) {
-            Some(v) => *v += count,
-            None => {
-                self.counts.insert(span.into(), count);
+        if span.len() <= INLINE_MAX {
+            *self.short.entry(ShortSpan::new(span)).or_insert(0) += count;
+        } else {
+            match self.long.get_mut(span) {
+                Some(v) => *v += count,
+                None => {
+                    self.long.insert(span.into(), count);
+                }
             }
         }
         self.spans += count;
     }
 
     pub fn distinct(&self) -> usize {
-        self.counts.len()
+        self.short.len() + self.long.len()
     }
 
     pub fn documents(&self) -> u64 {
@@ -110,7 +166,8 @@ impl SpanCounts {
     /// follows does not depend on hash order. Sorted on this crate's pools, never rayon's
     /// global one, whose threads a forked child does not have (a sort there never ended).
     pub fn sorted(&self) -> Result<(Vec<&[u8]>, Vec<u64>)> {
-        let mut v: Vec<(&[u8], u64)> = self.counts.iter().map(|(k, &c)| (k.as_bytes(), c)).collect();
+        let short = self.short.iter().map(|(k, &c)| (k.bytes(), c));
+        let mut v: Vec<(&[u8], u64)> = short.chain(self.long.iter().map(|(k, &c)| (k.as_bytes(), c))).collect();
         batch::pool(batch::available_cores())?.install(|| v.par_sort_unstable_by(|a, b| a.0.cmp(b.0)));
         Ok(v.into_iter().unzip())
     }
@@ -135,5 +192,41 @@ mod tests {
         let (spans, counts) = a.sorted().unwrap();
         let i = spans.iter().position(|s| *s == b"hello").unwrap();
         assert_eq!(counts[i], 500);
+    }
+
+    #[test]
+    fn spans_of_every_length_count_as_the_splitter_finds_them() {
+        // Words around the 15-byte line between the two tables, ASCII and not, and
+        // whitespace runs of every length.
+        let words = ["a", "fourteen_bytes", "fifteen_bytes__", "sixteen_bytes___", "seventeen_bytes__", "é", "ünïcödé", "日本語のテキストです", "x".repeat(40).leak()];
+        let mut docs = Vec::new();
+        for i in 0..200usize {
+            let mut d = String::new();
+            for j in 0..(i % 13) {
+                d.push_str(words[(i * 7 + j * 3) % words.len()]);
+                d.push_str(&" ".repeat(1 + (i + j) % 18));
+            }
+            docs.push(d);
+        }
+        let mut counts = SpanCounts::new(r"\S+|\s+").unwrap();
+        counts.add(&docs[..120], 2).unwrap();
+        counts.add(&docs[120..], 1).unwrap();
+        counts.add_span("fifteen_bytes__", 5);
+        counts.add_span("sixteen_bytes___", 7);
+        counts.add_span("never_in_a_document_at_all", 2);
+        let mut want: std::collections::BTreeMap<Vec<u8>, u64> = std::collections::BTreeMap::new();
+        for d in &docs {
+            for piece in counts.splitter().pieces(d).unwrap() {
+                *want.entry(piece.as_bytes().to_vec()).or_insert(0) += 1;
+            }
+        }
+        *want.entry(b"fifteen_bytes__".to_vec()).or_insert(0) += 5;
+        *want.entry(b"sixteen_bytes___".to_vec()).or_insert(0) += 7;
+        *want.entry(b"never_in_a_document_at_all".to_vec()).or_insert(0) += 2;
+        let (spans, n) = counts.sorted().unwrap();
+        let got: Vec<(Vec<u8>, u64)> = spans.iter().map(|s| s.to_vec()).zip(n).collect();
+        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        assert_eq!(counts.distinct(), got.len());
+        assert!(got.iter().any(|(s, _)| s.len() == 15) && got.iter().any(|(s, _)| s.len() == 16));
     }
 }
