@@ -38,6 +38,16 @@ impl Hash for ShortSpan {
     }
 }
 
+/// Adds `count` to a long span's count, copying the span only if the table lacks it.
+fn add_long(long: &mut FxHashMap<Box<str>, u64>, span: &str, count: u64) {
+    match long.get_mut(span) {
+        Some(v) => *v += count,
+        None => {
+            long.insert(span.into(), count);
+        }
+    }
+}
+
 /// Counts of distinct spans over every document added so far.
 pub struct SpanCounts {
     splitter: Splitter,
@@ -126,18 +136,13 @@ impl SpanCounts {
             }
             long.reserve(local.long.len() / 4);
             for (span, c) in local.long {
-                match long.get_mut(span) {
-                    Some(v) => *v += c,
-                    None => {
-                        long.insert(span.into(), c);
-                    }
-                }
+                add_long(long, span, c);
             }
             Ok(())
         };
         batch::map(&slices, workers, |&(_, s)| count_slice(s))?;
         self.documents += docs.len() as u64;
-        self.bytes += docs.iter().map(|d| d.as_ref().len() as u64).sum::<u64>();
+        self.bytes += total as u64;
         Ok(())
     }
 
@@ -149,12 +154,7 @@ impl SpanCounts {
         if span.len() <= INLINE_MAX {
             *self.short.entry(ShortSpan::new(span)).or_insert(0) += count;
         } else {
-            match self.long.get_mut(span) {
-                Some(v) => *v += count,
-                None => {
-                    self.long.insert(span.into(), count);
-                }
-            }
+            add_long(&mut self.long, span, count);
         }
         self.spans += count;
     }

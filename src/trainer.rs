@@ -245,16 +245,14 @@ pub fn learn_merges(
         }
         // Each new pair's spans, once each, go to the end of the pool, and the pair into the
         // heap with its count after the whole merge. Every new pair holds `new_id`, so it
-        // had no list before; the old one is kept all the same if it had.
+        // had no list before.
         created.sort_unstable();
         created.dedup();
         for run in created.chunk_by(|x, y| x.0 == y.0) {
             let k = run[0].0;
             let e = stats.entry(k).or_default();
+            debug_assert_eq!(e.len, 0, "a pair holding the new id had spans before its merge");
             let at = pool.len();
-            if e.len > 0 {
-                pool.extend_from_within(e.start..e.start + e.len as usize);
-            }
             pool.extend(run.iter().map(|&(_, i)| i));
             (e.start, e.len) = (at, (pool.len() - at) as u32);
             if e.count > 0 {

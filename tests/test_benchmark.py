@@ -100,21 +100,22 @@ def test_a_difference_in_the_ids_names_the_document_and_fails(cl100k, jsonl_docs
 
 
 def test_first_difference_compares_every_round_and_the_document_count():
-    docs = benchmark.Documents(["a", "b", "c"], "test", ["a", "b", "c"])
+    docs = benchmark.Documents(["a", "b", "c"], "test", ["a", "b", "c"], 3)
 
     def run(digests):
         return {"seconds": 1.0, "load_seconds": 0.1, "tokens": 3, "digests": digests, "version": "x"}
 
     same = ["1", "2", "3"]
-    c = benchmark.Comparison("cl100k_base", 1, 2, docs, 3, [
+    c = benchmark.Comparison("cl100k_base", 1, 2, docs, [
         benchmark.LibraryResult("tokenmill", [run(same), run(same)]),
         benchmark.LibraryResult("tiktoken", [run(same), run(["1", "2", "9"])]),
     ])
     assert c.first_difference("tiktoken") == 2  # only the second round differs
+    assert c.mismatches() == {"tiktoken": 2}
     c.results[1].runs = [run(same), run(["1", "2"])]
     assert c.first_difference("tiktoken") == 2  # a missing document
     c.results[1].runs = [run(same), run(same)]
-    assert c.first_difference("tiktoken") is None
+    assert c.first_difference("tiktoken") is None and c.mismatches() == {}
     c.results[0].runs[1] = run(["0", "2", "3"])  # tokenmill itself not repeatable
     assert c.first_difference("tiktoken") == 0
 
@@ -161,7 +162,7 @@ def test_the_limit_keeps_whole_documents_up_to_about_that_size(tmp_path):
         files.append(str(p))
     docs = benchmark.read_documents(files, limit_bytes=2500)
     assert [len(t) for t in docs.texts] == [1000, 1000, 1000]
-    assert docs.labels == files[:3]
+    assert docs.labels == files[:3] and docs.nbytes == 3000
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
     with pytest.raises(ValueError, match="no documents"):

@@ -49,15 +49,17 @@ LIBRARIES = ("tokenmill", "tiktoken")
 
 @dataclass
 class Documents:
-    """The text under test: the documents, where they came from, and their UTF-8 size."""
+    """The text under test: the documents, where they came from (the whole source, and a
+    label per document), and their UTF-8 size."""
 
     texts: List[str]
     source: str
-    labels: List[str] = field(default_factory=list)
+    labels: List[str]
+    nbytes: int
 
-    @property
-    def nbytes(self) -> int:
-        return sum(len(t.encode("utf-8", "surrogatepass")) for t in self.texts)
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def read_documents(
@@ -81,7 +83,7 @@ def read_documents(
             for k, text in enumerate(iter_documents([str(path)], format=input_format, column=column)):
                 texts.append(text)
                 labels.append(f"{path}" if k == 0 else f"{path}, document {k + 1}")
-                size += len(text.encode("utf-8", "surrogatepass"))
+                size += _utf8_len(text)
                 if limit_bytes is not None and size >= limit_bytes:
                     break
             if limit_bytes is not None and size >= limit_bytes:
@@ -92,10 +94,11 @@ def read_documents(
 
         texts = list(stdlib_texts(limit_bytes))
         labels = [f"standard-library file {k + 1}" for k in range(len(texts))]
+        size = sum(map(_utf8_len, texts))
         source = f"the Python standard library's sources in {stdlib_root()} (built-in default)"
     if not texts:
         raise ValueError(f"no documents in {source}")
-    return Documents(texts, source, labels)
+    return Documents(texts, source, labels, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,10 +109,10 @@ def read_documents(
 def _load(library: str, encoding: str) -> Any:
     """``library``'s encoder for ``encoding`` (a pretrained name or a directory written by
     :func:`tokenmill.save`)."""
-    if library == "tokenmill":
-        import tokenmill
+    from tokenmill.persist import load_saved_or_named
 
-        return tokenmill.load(encoding) if os.path.isdir(encoding) else tokenmill.get_encoding(encoding)
+    if library == "tokenmill":
+        return load_saved_or_named(encoding)
     if library == "tiktoken":
         import tiktoken
 
@@ -117,9 +120,7 @@ def _load(library: str, encoding: str) -> Any:
             return tiktoken.get_encoding(encoding)
         # A vocabulary tiktoken has no name for (one trained with tokenmill): the same ranks,
         # pattern and special tokens, read by tokenmill and handed to tiktoken's constructor.
-        import tokenmill
-
-        enc = tokenmill.load(encoding) if os.path.isdir(encoding) else tokenmill.get_encoding(encoding)
+        enc = load_saved_or_named(encoding)
         return tiktoken.Encoding(
             enc.name, pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks, special_tokens=enc._special_tokens
         )
@@ -204,7 +205,6 @@ class Comparison:
     threads: int
     repeat: int
     documents: Documents
-    nbytes: int
     results: List[LibraryResult]
 
     def result(self, library: str) -> Optional[LibraryResult]:
@@ -233,6 +233,16 @@ class Comparison:
             if len(run["digests"]) != len(reference):
                 return min(len(run["digests"]), len(reference))
         return None
+
+    def mismatches(self) -> Dict[str, int]:
+        """Each library whose ids differ from tokenmill's, with its first differing document."""
+        found = {}
+        for res in self.results:
+            if res.library != "tokenmill":
+                k = self.first_difference(res.library)
+                if k is not None:
+                    found[res.library] = k
+        return found
 
 
 def compare(
@@ -274,7 +284,7 @@ def compare(
                 except RuntimeError as e:
                     res.error = str(e)
                     res.runs.clear()
-    return Comparison(encoding, threads, repeat, documents, documents.nbytes, results)
+    return Comparison(encoding, threads, repeat, documents, results)
 
 
 def machine() -> str:
@@ -302,33 +312,33 @@ def render(c: Comparison) -> str:
     )
     lines = [
         f"tokenmill bench: {c.encoding}, {mode}",
-        f"text: {c.nbytes / 1e6:.2f} MB in {len(c.documents.texts):,} document(s) from {c.documents.source}",
+        f"text: {c.documents.nbytes / 1e6:.2f} MB in {len(c.documents.texts):,} document(s) from {c.documents.source}",
         f"machine: {machine()}",
         f"each figure from a fresh process (a new encoder, text it has not seen); {rounds}",
         "× = tokenmill's MB/s over the library's; ids = whether every document's ids equal tokenmill's",
         "",
     ]
     header = ("library", "version", "load s", "MB/s", "tokenmill ×", "tokens", "ids")
+    nbytes = c.documents.nbytes
+    mismatches = c.mismatches()
     rows = []
     for res in c.results:
         if not res.runs:
             rows.append((res.library, "", "", "", "", "", f"unavailable: {res.error}"))
             continue
-        speeds = res.mb_per_s(c.nbytes)
+        s = c.speedup(res.library)
         if res.library == "tokenmill":
             times, ids = "1.00", "-"
+        elif s is None:  # tokenmill has no figure to compare with
+            times, ids = "", "?"
         else:
-            s = c.speedup(res.library)
-            times = "" if s is None else (f"{s[0]:.2f}" if c.repeat == 1 else f"{s[0]:.2f} ({s[1]:.2f}-{s[2]:.2f})")
-            diff = c.first_difference(res.library)
-            ids = "same" if diff is None else "DIFFERENT"
-            if c.result("tokenmill") is None:
-                times, ids = "", "?"
+            times = f"{s[0]:.2f}" if c.repeat == 1 else f"{s[0]:.2f} ({s[1]:.2f}-{s[2]:.2f})"
+            ids = "DIFFERENT" if res.library in mismatches else "same"
         rows.append((
             res.library,
             str(res.runs[0]["version"]),
             f"{statistics.median(r['load_seconds'] for r in res.runs):.2f}",
-            f"{statistics.median(speeds):.1f}",
+            f"{statistics.median(res.mb_per_s(nbytes)):.1f}",
             times,
             f"{res.runs[0]['tokens']:,}",
             ids,
@@ -339,12 +349,9 @@ def render(c: Comparison) -> str:
             row[k].rjust(widths[k]) for k in range(2, 6)
         ] + [row[6]]
         lines.append("  ".join(cells).rstrip())
-    for res in c.results:
-        if res.library != "tokenmill" and res.runs:
-            k = c.first_difference(res.library)
-            if k is not None:
-                lines.append("")
-                lines.append(f"{res.library}'s ids differ from tokenmill's first in document {k + 1}: {c.documents.labels[k]}")
+    for library, k in mismatches.items():
+        lines.append("")
+        lines.append(f"{library}'s ids differ from tokenmill's first in document {k + 1}: {c.documents.labels[k]}")
     return "\n".join(lines) + "\n"
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from tokenmill.persist import load_saved_or_named
 
 DEFAULT_VOCAB_SIZE = 8192
 
@@ -99,19 +100,11 @@ def _read_texts(files: Sequence[str], limit_mb: float) -> List[str]:
     return texts
 
 
-def _encoding_for(name_or_dir: str):
-    import tokenmill
-
-    if os.path.isdir(name_or_dir):
-        return tokenmill.load(name_or_dir)
-    return tokenmill.get_encoding(name_or_dir)
-
-
 def cmd_encode(args: argparse.Namespace) -> int:
     import tokenmill
 
     try:
-        enc = _encoding_for(args.encoding)
+        enc = load_saved_or_named(args.encoding)
     except (ValueError, OSError) as e:
         print(f"tokenmill: {e}", file=sys.stderr)
         return 2
@@ -161,7 +154,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError("--threads must be at least 1")
     try:
-        enc = _encoding_for(args.encoding)
+        enc = load_saved_or_named(args.encoding)
     except (ValueError, OSError) as e:
         print(f"tokenmill: {e}", file=sys.stderr)
         return 2
@@ -281,7 +274,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # fails at once, with tokenmill's message, instead of in every worker.
     try:
         with (contextlib.nullcontext() if args.allow_download else offline()):
-            _encoding_for(args.encoding)
+            load_saved_or_named(args.encoding)
     except VocabularyNotAvailableError as e:
         print(f"tokenmill: {e}", file=sys.stderr)
         return 2
@@ -304,8 +297,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sys.stdout.write(benchmark.render(result))
     if result.result("tokenmill") is None:
         return 2
-    differ = [r.library for r in result.results if r.library != "tokenmill" and r.runs and result.first_difference(r.library) is not None]
-    return 1 if differ else 0
+    return 1 if result.mismatches() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

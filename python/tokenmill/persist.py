@@ -73,3 +73,14 @@ def load(directory: PathLike) -> Encoding:
     if "merges" in meta:
         enc._merges = [tuple(m) for m in meta["merges"]]  # type: ignore[attr-defined]
     return enc
+
+
+def load_saved_or_named(name_or_dir: PathLike) -> Encoding:
+    """The encoding saved in directory ``name_or_dir`` by :func:`save` if there is one, else
+    the pretrained encoding of that name (:func:`tokenmill.get_encoding`). What the command
+    line's ``--encoding NAME_OR_DIR`` options take."""
+    if os.path.isdir(name_or_dir):
+        return load(name_or_dir)
+    from tokenmill.registry import get_encoding
+
+    return get_encoding(str(name_or_dir))
