@@ -18,9 +18,10 @@ Modes:
 * ``short``, ``long``, ``warm``: a pass over the documents as in ``encode_compare.py``
   (``warm``: the long slice after the short one, on the same fresh encoder);
 * ``nospace``: the benchmark's megabyte of letters and punctuation without whitespace;
-* ``train``: training's merge loop alone (``SpanCounter.learn_merges``, ``--vocab-size``)
-  on the spans of ``--train-mb`` of the standard library's sources (nanochat's pattern),
-  counted once per build before the rounds; both builds must learn the same merges.
+* ``train``: training's merge loop alone (``SpanCounter.learn_merges``, ``--vocab-size``,
+  ``--threads``) on the spans of ``--train-mb`` of the standard library's sources
+  (nanochat's pattern), counted once per build before the rounds; both builds must learn
+  the same merges.
 
 A pass drops each list of ids as soon as it is made (its memory is then reused by the
 next call); ``--keep`` keeps them all until the pass ends, as ``encode_compare.py`` does,
@@ -66,6 +67,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 100 for merge, 16 otherwise)")
     ap.add_argument("--vocab-size", type=int, default=32768, help="train mode: vocabulary size (default 32768)")
     ap.add_argument("--train-mb", type=float, default=20.0, help="train mode: MB of text whose spans are counted (default 20)")
+    ap.add_argument("--threads", type=int, default=1, help="train mode: threads for the merge loop, in builds that take them (default 1)")
     ap.add_argument(
         "--keep", action="store_true", help="keep every list of ids until the pass ends, as encode_compare.py does (default: drop each at once)"
     )
@@ -89,7 +91,14 @@ def main() -> int:
             counters[name] = core.SpanCounter(NANOCHAT_PATTERN)
             counters[name].update(docs, num_threads=core.available_cores())
         num_merges = args.vocab_size - 256
-        learned = {name: c.learn_merges(num_merges)[0] for name, c in counters.items()}
+
+        def learn(name: str):
+            try:
+                return counters[name].learn_merges(num_merges, None, args.threads)
+            except TypeError:  # a build from before the merge loop took threads
+                return counters[name].learn_merges(num_merges)
+
+        learned = {name: learn(name)[0] for name in counters}
         if learned["before"] != learned["after"]:
             raise SystemExit("the two builds learn different merges")
         print(f"{sum(len(d.encode()) for d in docs) / 1e6:.1f} MB counted; each round learns {len(learned['after']):,} merges")
@@ -118,7 +127,7 @@ def main() -> int:
         """Seconds of the timed work on a fresh encoder of build ``name``."""
         if args.mode == "train":
             t0 = time.perf_counter()
-            counters[name].learn_merges(num_merges)
+            learn(name)
             return time.perf_counter() - t0
         core = one[name] if args.mode == "merge" else fresh[name]()
         if args.mode == "merge":

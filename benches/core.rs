@@ -186,7 +186,7 @@ fn bench_train(c: &mut Criterion, docs: &[String]) {
     let mut counts = SpanCounts::new(NANOCHAT).unwrap();
     counts.add(docs, 1).unwrap();
     let (spans, freq) = counts.sorted().unwrap();
-    g.bench_function("learn 4096 merges", |b| b.iter(|| learn_merges(&spans, &freq, 4096 - 256, |_| Ok(())).unwrap().len()));
+    g.bench_function("learn 4096 merges", |b| b.iter(|| learn_merges(&spans, &freq, 4096 - 256, 1, |_| Ok(())).unwrap().len()));
     g.finish();
 }
 

@@ -1332,21 +1332,24 @@ impl PySpanCounter {
         self.inner.total_spans()
     }
 
-    /// Learns up to `num_merges` merges. `progress(done, total, left, right, new_id, count)`
-    /// is called about every 1%; an exception it raises (or Ctrl-C) stops training.
-    /// Returns the merges as `(left, right)` pairs and the bytes of every token by id.
-    #[pyo3(signature = (num_merges, progress=None))]
+    /// Learns up to `num_merges` merges, on up to `threads` threads (merges found in many
+    /// spans are split over them; the merges are the same for any number). `progress(done,
+    /// total, left, right, new_id, count)` is called about every 1%; an exception it
+    /// raises (or Ctrl-C) stops training. Returns the merges as `(left, right)` pairs and
+    /// the bytes of every token by id.
+    #[pyo3(signature = (num_merges, progress=None, threads=1))]
     fn learn_merges<'py>(
         &self,
         py: Python<'py>,
         num_merges: u32,
         progress: Option<Py<PyAny>>,
+        threads: usize,
     ) -> PyResult<(Vec<(u32, u32)>, Bound<'py, PyList>)> {
         let inner = &self.inner;
         let mut failure: Option<PyErr> = None;
         let result = py.detach(|| {
             let (spans, counts) = inner.sorted()?;
-            trainer::learn_merges(&spans, &counts, num_merges, |p| {
+            trainer::learn_merges(&spans, &counts, num_merges, threads, |p| {
                 Python::attach(|py| {
                     let outcome = py.check_signals().and_then(|_| match &progress {
                         Some(cb) => cb.call1(py, (p.done, p.total, p.pair.0, p.pair.1, p.new_id, p.count)).map(|_| ()),

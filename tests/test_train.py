@@ -354,6 +354,21 @@ def test_same_merges_whatever_the_thread_count(det_text, det_baseline, threads):
     assert train(det_text, 1200, threads=threads)._merges == det_baseline
 
 
+def test_merges_split_over_threads_match_the_reference():
+    """Merges found in thousands of distinct spans are split over the threads (the stdlib
+    sample above has none that large): the merges are the reference's and the same on any
+    number of threads."""
+    import random
+
+    rng = random.Random(5)
+    words = {" " + "".join(rng.choice("abcdef") for _ in range(rng.randint(3, 7))) for _ in range(20_000)}
+    docs = ["".join(w * rng.randint(1, 3) for w in sorted(words)[i : i + 50]) for i in range(0, len(words), 50)]
+    one = train(docs, 256 + 300, threads=1)._merges
+    assert one[:40] == expected_merges(docs, 40)
+    for threads in (2, 3):
+        assert train(docs, 256 + 300, threads=threads)._merges == one
+
+
 @pytest.mark.parametrize("buffer_size", [1, 7, 8192])
 def test_same_merges_whatever_the_buffer_size(det_text, det_baseline, buffer_size):
     assert train(iter(det_text), 1200, buffer_size=buffer_size, threads=2)._merges == det_baseline

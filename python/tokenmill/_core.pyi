@@ -74,5 +74,7 @@ class SpanCounter:
         self,
         num_merges: int,
         progress: Optional[Callable[[int, int, int, int, int, int], object]] = None,
+        threads: int = 1,
     ) -> tuple[list[tuple[int, int]], list[bytes]]:
-        """Learns up to ``num_merges`` merges; returns them and every token's bytes by id."""
+        """Learns up to ``num_merges`` merges (merges found in many spans split over up to
+        ``threads`` threads, with the same result); returns them and every token's bytes by id."""

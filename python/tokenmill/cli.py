@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--output", "-o", help="directory to save the trained encoding in")
     tr.add_argument("--doc-cap", type=int, help="truncate each document to this many characters")
     tr.add_argument("--max-chars", type=int, help="stop reading after this many characters")
-    tr.add_argument("--threads", type=int, help="counting threads (default: all cores)")
+    tr.add_argument("--threads", type=int, help="threads for counting and for the largest merges (default: all cores)")
     tr.add_argument("--special", nargs="+", metavar="TOKEN", help="special tokens, appended after the learned tokens")
     tr.add_argument("--buffer-size", type=int, default=8192, help="documents per counting batch (default 8192)")
     tr.add_argument("--eval", nargs="+", metavar="FILE", help="held-out files to measure compression on")

@@ -47,7 +47,7 @@ class Trainer:
 
     Args:
         pattern: A name from :data:`tokenmill.patterns.NAMED_PATTERNS` or a regex.
-        threads: Worker threads for counting (default: all cores).
+        threads: Worker threads for counting, and for the largest merges (default: all cores).
         doc_cap: Truncate each document to this many characters (as nanochat's tok_train).
     """
 
@@ -187,7 +187,7 @@ class Trainer:
 
         t0 = time.perf_counter()
         try:
-            merges, token_bytes = self._counter.learn_merges(num_merges, report if progress else None)
+            merges, token_bytes = self._counter.learn_merges(num_merges, report if progress else None, self.threads)
         finally:
             bar.close()
         self.stats.merging_seconds += time.perf_counter() - t0
@@ -241,7 +241,7 @@ def train_from_iterator(
         doc_cap: Truncate each document to this many characters.
         max_chars: Stop reading once this many characters were counted.
         progress: Show progress bars (log lines when not on a terminal).
-        threads: Counting threads (default: all cores).
+        threads: Threads for counting and for the largest merges (default: all cores).
         name: The encoding's name.
 
     Returns:
