@@ -6,7 +6,8 @@ re-invoked with a hidden ``--worker`` flag), so that the peak RSS belongs to tha
 alone and nothing is cached between runs. The worker imports its library, loads the text
 itself, then measures:
 
-* time: the wall time of the training call alone (counting spans and learning merges);
+* time: the wall time of the training call alone (counting spans and learning merges;
+  for tokenmill, the two phases' seconds are shown apart, from its trainer's statistics);
 * peak RSS: ``getrusage(RUSAGE_SELF).ru_maxrss`` once training returned, and the increase
   over the baseline, the resident size just before training (interpreter, library and the
   loaded text included), which is the memory training itself needed.
@@ -207,11 +208,17 @@ def worker(spec: dict) -> int:
     lib, vocab, pattern, threads = spec["lib"], spec["vocab"], spec["pattern"], spec["threads"]
 
     # Import and set up first, so that the baseline includes the library.
+    phases: Dict[str, float] = {}  # tokenmill's counting and merging seconds
     if lib == "tokenmill":
         import tokenmill
 
         def train():
-            return tokenmill.train_from_iterator(iter(texts), vocab, pattern=pattern, progress=False, threads=threads)
+            # What train_from_iterator does, with the trainer kept for its phase timings.
+            trainer = tokenmill.Trainer(pattern, threads=threads)
+            trainer.update_from_iterator(iter(texts), progress=False)
+            enc = trainer.train(vocab, progress=False)
+            phases.update(counting=trainer.stats.counting_seconds, merging=trainer.stats.merging_seconds)
+            return enc
 
         def tokens_of(enc) -> List[bytes]:
             merges = getattr(enc, "_merges", None)
@@ -281,6 +288,7 @@ def worker(spec: dict) -> int:
         "peak_kib": peak,
         "text": info,
         "tokens": [t.hex() for t in tokens],
+        "phases": phases,
     }
     Path(spec["out"]).write_text(json.dumps(out))
     return 0
@@ -357,7 +365,7 @@ def main() -> int:
         print(line)
     threads = f"{args.threads}" if args.threads else f"all {os.cpu_count() or 1} cores"
     print(f"threads: {threads}; pattern: {args.pattern if args.pattern != pattern else 'custom'} {pattern!r}")
-    print("time: the training call only; RSS: peak, and increase over the RSS before training;")
+    print("time: the training call only (for tokenmill also split into counting and merging); RSS: peak, and increase over the RSS before training;")
     print("ratios: library / tokenmill (time, RSS increase); one fresh process per row")
     print()
 
@@ -410,6 +418,8 @@ def main() -> int:
                         ref = res
                         ratio_t = ratio_m = "1.00"
                         note = f"{learned - 256} learned"
+                        if res.get("phases"):
+                            note += f" (counting {res['phases']['counting']:.2f} s, merging {res['phases']['merging']:.2f} s)"
                     elif ref is not None:
                         ratio_t = f"{res['seconds'] / ref['seconds']:.2f}"
                         ratio_m = f"{inc / ref['inc']:.2f}" if ref["inc"] > 0 else "-"
