@@ -187,24 +187,31 @@ pub struct PieceCache {
     pub usage: CacheUse,
 }
 
-/// Pieces per measuring window of [`CacheUse`], the hits below which caching stops, and
-/// the pieces encoded without the caches before measuring again.
+/// Pieces per measuring window of [`CacheUse`], the hits below which caching stops (a
+/// tenth), the pieces encoded without the caches before measuring again, and the shorter
+/// window of that measuring again (`USE_WINDOW >> RECHECK_SHIFT` pieces).
 const USE_WINDOW: u32 = 2048;
 const USE_MIN_HITS: u32 = USE_WINDOW / 10;
 const BYPASS_PIECES: u32 = 32 * USE_WINDOW;
+const RECHECK_SHIFT: u32 = 2;
 
 /// Decides whether to use the piece caches. On real text most pieces are found there (85%
 /// of those of 3 to 15 bytes, over a long stream); on text where pieces never repeat
 /// (random characters, hashes, base64) almost none are (3-4%), and then every probe is a
 /// cache miss that buys nothing and every insertion evicts something useful. So hits are
 /// counted over windows of `USE_WINDOW` pieces; after a window with under 10% hits the
-/// caches are skipped for the next `BYPASS_PIECES` pieces, then measured again. Only
-/// speed depends on this, never the tokens.
+/// caches are skipped for the next `BYPASS_PIECES` pieces, then measured again, over a
+/// window a quarter as long: on such text a window's probes and insertions each miss the
+/// processor's caches, several times the cost of a piece encoded without them, and the
+/// caches kept what they held, so text that repeats again finds its common words at once.
+/// Only speed depends on this, never the tokens.
 #[derive(Default)]
 pub struct CacheUse {
     seen: u32,
     hits: u32,
     bypass: u32,
+    /// 0 for a full window, [`RECHECK_SHIFT`] while measuring again after a bypass.
+    shift: u32,
 }
 
 impl CacheUse {
@@ -252,17 +259,19 @@ impl CacheUse {
     fn tally(&mut self, hits: u32, seen: u32) {
         self.hits += hits;
         self.seen += seen;
-        if self.seen >= USE_WINDOW {
+        if self.seen >= USE_WINDOW >> self.shift {
             self.close_window();
         }
     }
 
-    /// Ends a window of `USE_WINDOW` counted pieces: too few hits turn the caches off for
-    /// a while.
+    /// Ends a window of counted pieces: too few hits turn the caches off for a while.
     #[cold]
     fn close_window(&mut self) {
-        if self.hits < USE_MIN_HITS {
+        if self.hits < USE_MIN_HITS >> self.shift {
             self.bypass = BYPASS_PIECES;
+            self.shift = RECHECK_SHIFT;
+        } else {
+            self.shift = 0;
         }
         self.seen = 0;
         self.hits = 0;
@@ -408,6 +417,37 @@ mod tests {
         for i in 0..USE_WINDOW {
             u.record(i < USE_MIN_HITS - 1);
         }
+        assert!(!u.caching());
+        // Measured again after a bypass: over a quarter window, whose tenth decides.
+        let recheck = USE_WINDOW >> RECHECK_SHIFT;
+        for _ in 1..BYPASS_PIECES {
+            assert!(!u.caching());
+        }
+        for _ in 0..recheck {
+            assert!(u.caching());
+            u.record(false);
+        }
+        assert!(!u.caching(), "a quarter window without hits starts another bypass");
+        for _ in 1..BYPASS_PIECES {
+            assert!(!u.caching());
+        }
+        for i in 0..recheck {
+            u.record(i < (USE_MIN_HITS >> RECHECK_SHIFT) - 1);
+        }
+        assert!(!u.caching(), "one hit short of a quarter window's tenth");
+        for _ in 1..BYPASS_PIECES {
+            assert!(!u.caching());
+        }
+        for i in 0..recheck {
+            u.record(i < USE_MIN_HITS >> RECHECK_SHIFT);
+        }
+        // Enough hits: caching goes on, and the next window is a full one again.
+        for _ in 0..USE_WINDOW - 1 {
+            assert!(u.caching());
+            u.record(false);
+        }
+        assert!(u.caching(), "a full window is not over after USE_WINDOW - 1 pieces");
+        u.record(false);
         assert!(!u.caching());
     }
 
