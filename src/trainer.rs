@@ -108,31 +108,10 @@ impl Spans {
         Self { ids, start, len }
     }
 
-    /// Asks for the line of span `i`'s start and length.
-    #[inline(always)]
-    fn prefetch_place(&self, i: usize) {
-        prefetch(&self.start[i]);
-        prefetch(&self.len[i]);
-    }
-
-    /// Asks for the first line of span `i`'s ids.
-    #[inline(always)]
-    fn prefetch_ids(&self, i: usize) {
-        prefetch(self.ids.as_ptr().wrapping_add(self.start[i] as usize));
-    }
-
     #[inline]
     fn get(&self, i: usize) -> &[u32] {
         let s = self.start[i] as usize;
         &self.ids[s..s + self.len[i] as usize]
-    }
-
-    /// Merges every non-overlapping occurrence of `(a, b)` in span `i` (see [`merge_span`]).
-    #[inline]
-    fn merge(&mut self, i: usize, a: u32, b: u32, new_id: u32, delta: impl FnMut(u64, i64)) {
-        let s = self.start[i] as usize;
-        let n = self.len[i] as usize;
-        merge_span(&mut self.ids[s..s + n], &mut self.len[i], a, b, new_id, delta);
     }
 
     /// Cuts the spans listed in `occurrences` (in increasing order) into `parts` runs of
@@ -219,31 +198,40 @@ struct Share {
 }
 
 impl SpanRun<'_> {
-    /// Merges `(a, b)` into `new_id` in this run's spans, adding what changed to `share`.
-    fn merge(&mut self, weight: &[i64], a: u32, b: u32, new_id: u32, share: &mut Share) {
+    /// Merges `(a, b)` into `new_id` in this run's spans, reporting each pair-count change
+    /// other than the merged pair's own as `(pair key, change times the span's weight,
+    /// span)`.
+    ///
+    /// The spans are spread over megabytes, in no order: their lines are asked for ahead,
+    /// the span's place and weight first, then (once that place has had time to arrive)
+    /// its ids, so that the misses overlap. The first spans are asked for before the loop:
+    /// most merges are found in a few dozen spans.
+    #[inline]
+    fn merge(&mut self, weight: &[i64], a: u32, b: u32, new_id: u32, mut change: impl FnMut(u64, i64, u32)) {
         let merged = key(a, b);
         let occ = self.occurrences;
+        let place = |run: &Self, f: u32| {
+            prefetch(&run.start[f as usize]);
+            prefetch(&run.len[f as usize - run.len_base]);
+            prefetch(&weight[f as usize]);
+        };
+        let ids_of = |run: &Self, g: u32| prefetch(run.ids.as_ptr().wrapping_add(run.start[g as usize] as usize - run.ids_base));
+        occ.iter().take(2 * PREFETCH_SPANS).for_each(|&f| place(self, f));
+        occ.iter().take(PREFETCH_SPANS).for_each(|&g| ids_of(self, g));
         for (j, &i) in occ.iter().enumerate() {
             if let Some(&f) = occ.get(j + 2 * PREFETCH_SPANS) {
-                prefetch(&self.start[f as usize]);
-                prefetch(&self.len[f as usize - self.len_base]);
-                prefetch(&weight[f as usize]);
+                place(self, f);
             }
             if let Some(&g) = occ.get(j + PREFETCH_SPANS) {
-                prefetch(self.ids.as_ptr().wrapping_add(self.start[g as usize] as usize - self.ids_base));
+                ids_of(self, g);
             }
-            let i = i as usize;
-            let w = weight[i];
-            let s = self.start[i] as usize - self.ids_base;
-            let len = &mut self.len[i - self.len_base];
+            let w = weight[i as usize];
+            let s = self.start[i as usize] as usize - self.ids_base;
+            let len = &mut self.len[i as usize - self.len_base];
             let ids = &mut self.ids[s..s + *len as usize];
             merge_span(ids, len, a, b, new_id, |k, d| {
-                if k == merged {
-                    return;
-                }
-                *share.deltas.entry(k).or_default() += d * w;
-                if d > 0 {
-                    share.created.push((k, i as u32));
+                if k != merged {
+                    change(k, d * w, i);
                 }
             });
         }
@@ -365,7 +353,13 @@ fn learn_merges_split(
                 let mut share = shares[t].lock().unwrap_or_else(|e| e.into_inner());
                 while let Some(r) = claims.claim() {
                     let run = runs[r].lock().unwrap_or_else(|e| e.into_inner()).take();
-                    run.expect("a run is claimed once").merge(&weight, a, b, new_id, &mut share);
+                    let share = &mut *share;
+                    run.expect("a run is claimed once").merge(&weight, a, b, new_id, |k, d, i| {
+                        *share.deltas.entry(k).or_default() += d;
+                        if d > 0 {
+                            share.created.push((k, i));
+                        }
+                    });
                 }
             };
             batch::with_helpers((1..workers).collect(), work, || work(0))?;
@@ -377,36 +371,13 @@ fn learn_merges_split(
                 created.append(&mut share.created);
             }
         } else {
-            // The spans are spread over megabytes, in no order: their lines are asked for
-            // ahead, the span's place and weight first, then (once that place has had time
-            // to arrive) its ids, so that the misses overlap. The first spans are asked for
-            // before the loop: most merges are found in a few dozen spans.
-            for &f in occurrences.iter().take(2 * PREFETCH_SPANS) {
-                words.prefetch_place(f as usize);
-                prefetch(&weight[f as usize]);
-            }
-            for &g in occurrences.iter().take(PREFETCH_SPANS) {
-                words.prefetch_ids(g as usize);
-            }
-            for (j, &i) in occurrences.iter().enumerate() {
-                if let Some(&f) = occurrences.get(j + 2 * PREFETCH_SPANS) {
-                    words.prefetch_place(f as usize);
-                    prefetch(&weight[f as usize]);
+            // (The merged pair's own entry is gone; its changes are not reported.)
+            words.split(occurrences, 1)[0].merge(&weight, a, b, new_id, |k, d, i| {
+                stats.entry(k).or_default().count += d;
+                if d > 0 {
+                    created.push((k, i));
                 }
-                if let Some(&g) = occurrences.get(j + PREFETCH_SPANS) {
-                    words.prefetch_ids(g as usize);
-                }
-                let w = weight[i as usize];
-                words.merge(i as usize, a, b, new_id, |k, d| {
-                    if k == top.pair {
-                        return; // the merged pair itself: its entry is gone
-                    }
-                    stats.entry(k).or_default().count += d * w;
-                    if d > 0 {
-                        created.push((k, i));
-                    }
-                });
-            }
+            });
         }
         // Each new pair's spans, once each, go to the end of the pool, and the pair into the
         // heap with its count after the whole merge. Every new pair holds `new_id`, so it
