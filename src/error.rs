@@ -42,6 +42,10 @@ pub enum Error {
     #[error("training was stopped")]
     Cancelled,
 
+    /// Training's input is beyond what the merge loop can index.
+    #[error("the training corpus is too large: {0}")]
+    CorpusTooLarge(String),
+
     /// A thread pool could not be created.
     #[error("could not start worker threads: {0}")]
     ThreadPool(String),

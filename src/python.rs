@@ -46,7 +46,8 @@ fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::InvalidPattern { .. }
         | Error::InvalidVocabulary(_)
         | Error::RegexRuntime(_)
-        | Error::UnencodableBytes(_) => PyValueError::new_err(e.to_string()),
+        | Error::UnencodableBytes(_)
+        | Error::CorpusTooLarge(_) => PyValueError::new_err(e.to_string()),
     }
 }
 
