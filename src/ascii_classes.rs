@@ -218,7 +218,7 @@ fn classify_swar(window: &[u8; 64]) -> Raw {
         let ascii = !w & HIGH;
         let shift = 8 * k;
         let blank = equal(x, b' ') & ascii;
-        raw.letter |= gather(within(x | ONES * 0x20, b'a', b'z') & ascii) << shift;
+        raw.letter |= gather(within(x | (ONES * 0x20), b'a', b'z') & ascii) << shift;
         raw.upper |= gather(within(x, b'A', b'Z') & ascii) << shift;
         raw.digit |= gather(within(x, b'0', b'9') & ascii) << shift;
         raw.space |= gather((within(x, 0x09, 0x0D) | blank) & ascii) << shift;

@@ -464,7 +464,7 @@ impl Encoder {
         let all_space = |t: Rank| {
             self.vocab
                 .token_bytes(t)
-                .map_or(false, |b| b.iter().all(|c| matches!(c, b' ' | b'\n' | b'\t')))
+                .is_some_and(|b| b.iter().all(|c| matches!(c, b' ' | b'\n' | b'\t')))
         };
         if last > 0 && all_space(tokens[tokens.len() - last]) {
             while last < tokens.len() && all_space(tokens[tokens.len() - last - 1]) {

@@ -209,12 +209,12 @@ fn is_whitespace_run(bytes: &[u8], start: usize, end: usize) -> bool {
         return s.iter().all(|&b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c));
     }
     // SAFETY-free: slice boundaries come from regex matches, so they are char boundaries.
-    std::str::from_utf8(s).map_or(false, |s| s.chars().all(char::is_whitespace))
+    std::str::from_utf8(s).is_ok_and(|s| s.chars().all(char::is_whitespace))
 }
 
 #[inline]
 fn starts_with_whitespace(text: &str, at: usize) -> bool {
-    text[at..].chars().next().map_or(false, char::is_whitespace)
+    text[at..].chars().next().is_some_and(char::is_whitespace)
 }
 
 /// Start of the last character of `text[start..end]` when it has at least two characters.

@@ -464,8 +464,8 @@ mod tests {
                 }
                 let at = next(len);
                 let run = 1 + next(3);
-                for k in at..(at + run).min(len) {
-                    cps[k] = wide[next(wide.len())];
+                for cp in &mut cps[at..(at + run).min(len)] {
+                    *cp = wide[next(wide.len())];
                 }
             }
             check(&cps);

@@ -533,8 +533,8 @@ mod tests {
             let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
             let mut next = 256;
             let mut add = |t: Vec<u8>, ranks: &mut FxHashMap<Vec<u8>, Rank>| {
-                if !ranks.contains_key(&t) {
-                    ranks.insert(t, next);
+                if let std::collections::hash_map::Entry::Vacant(e) = ranks.entry(t) {
+                    e.insert(next);
                     next += 1;
                 }
             };
