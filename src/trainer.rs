@@ -221,6 +221,46 @@ struct Share {
     created: Vec<(u64, u32)>,
 }
 
+/// The pairs one merge made, each with the places of the spans it appeared in, once each
+/// and in increasing order, given in that order (as the one-thread merge visits them);
+/// kept in order of first appearance, so that no sort is needed. Its lists keep their
+/// room from one merge to the next.
+#[derive(Default)]
+struct NewPairs {
+    index: FxHashMap<u64, usize>,
+    lists: Vec<(u64, Vec<u32>)>,
+    used: usize,
+}
+
+impl NewPairs {
+    fn clear(&mut self) {
+        self.index.clear();
+        self.used = 0;
+    }
+
+    #[inline]
+    fn add(&mut self, pair: u64, place: u32) {
+        let NewPairs { index, lists, used } = self;
+        let g = *index.entry(pair).or_insert_with(|| {
+            if *used == lists.len() {
+                lists.push((0, Vec::new()));
+            }
+            lists[*used].0 = pair;
+            lists[*used].1.clear();
+            *used += 1;
+            *used - 1
+        });
+        let list = &mut lists[g].1;
+        if list.last() != Some(&place) {
+            list.push(place);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &[u32])> {
+        self.lists[..self.used].iter().map(|(k, list)| (*k, &list[..]))
+    }
+}
+
 impl SpanRun<'_> {
     /// Merges `(a, b)` into `new_id` in this run's spans, reporting each pair-count change
     /// other than the merged pair's own as `(pair key, change times the span's weight,
@@ -340,8 +380,10 @@ fn learn_merges_split(
 
     let mut merges = Vec::with_capacity(num_merges as usize);
     let step = (num_merges / 100).max(1);
-    // The pairs a merge made, each with a span it appeared in (repeats included).
-    let mut created: Vec<(u64, u32)> = Vec::new();
+    // The pairs a merge made, with the spans they appeared in.
+    let mut created = NewPairs::default();
+    // Those of a large merge, as each thread gathered them: (pair, place), repeats included.
+    let mut gathered: Vec<(u64, u32)> = Vec::new();
     while (merges.len() as u32) < num_merges {
         let Some(top) = heap.pop() else { break };
         let current = stats.get(&top.pair).map_or(0, |s| s.count);
@@ -362,8 +404,8 @@ fn learn_merges_split(
         if threads > 1 && occurrences.len() >= split.min_spans {
             // A large merge: its spans are cut into runs, merged on every thread, each
             // thread summing its pair-count changes by pair; the sums are then applied here.
-            // Counts are sums and the new pairs are sorted below, so the outcome is the
-            // same as merging the spans in order on one thread.
+            // Counts are sums and the new pairs are sorted, so the outcome is the same as
+            // merging the spans in order on one thread.
             let parts = (workers * RUNS_PER_THREAD).min(occurrences.len().div_ceil(split.min_run));
             let runs: Vec<Mutex<Option<SpanRun>>> = words.split(occurrences, parts).into_iter().map(|r| Mutex::new(Some(r))).collect();
             let claims = Claims::new(runs.len());
@@ -386,29 +428,30 @@ fn learn_merges_split(
                 for (k, d) in share.deltas.drain() {
                     stats.entry(k).or_default().count += d;
                 }
-                created.append(&mut share.created);
+                gathered.append(&mut share.created);
             }
+            gathered.sort_unstable();
+            for &(k, i) in &gathered {
+                created.add(k, i);
+            }
+            gathered.clear();
         } else {
             // (The merged pair's own entry is gone; its changes are not reported.)
             words.split(occurrences, 1)[0].merge(a, b, new_id, |k, d, i| {
                 stats.entry(k).or_default().count += d;
                 if d > 0 {
-                    created.push((k, i));
+                    created.add(k, i);
                 }
             });
         }
         // Each new pair's spans, once each, go to the end of the pool, and the pair into the
         // heap with its count after the whole merge. Every new pair holds `new_id`, so it
         // had no list before.
-        created.sort_unstable();
-        created.dedup();
-        for run in created.chunk_by(|x, y| x.0 == y.0) {
-            let k = run[0].0;
+        for (k, list) in created.iter() {
             let e = stats.entry(k).or_default();
             debug_assert_eq!(e.len, 0, "a pair holding the new id had spans before its merge");
-            let at = pool.len();
-            pool.extend(run.iter().map(|&(_, i)| i));
-            (e.start, e.len) = (at, (pool.len() - at) as u32);
+            (e.start, e.len) = (pool.len(), list.len() as u32);
+            pool.extend_from_slice(list);
             if e.count > 0 {
                 heap.push(Candidate { count: e.count, pair: k });
             }
