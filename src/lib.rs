@@ -17,6 +17,7 @@ pub mod bpe_runs;
 pub mod char_classes;
 pub mod encoder;
 pub mod error;
+pub mod huge_pages;
 pub mod piece_cache;
 pub mod prefetch;
 pub mod pretokenize;

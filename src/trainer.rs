@@ -21,6 +21,7 @@ use rustc_hash::FxHashMap;
 
 use crate::batch::{self, Claims};
 use crate::error::{Error, Result};
+use crate::huge_pages::{self, HugePageTables};
 use crate::prefetch::prefetch;
 
 /// How many spans ahead the merge loop asks for a span's record. (8 and 32 measured the
@@ -76,6 +77,10 @@ struct PairStats {
     last: u32,
 }
 
+/// Every pair's statistics. It grows to hundreds of thousands of pairs (at 100 MB and
+/// vocab 32768, 429k: about 16 MiB), probed at random, so it asks for huge pages.
+type PairTable = hashbrown::HashMap<u64, PairStats, rustc_hash::FxBuildHasher, HugePageTables>;
+
 /// Where the merge loop stands, for progress reports.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
@@ -117,6 +122,7 @@ impl Spans {
             )));
         }
         let mut store = Vec::with_capacity(words);
+        huge_pages::advise(&mut store);
         for (s, &c) in kept() {
             let w = c.min(i64::MAX as u64);
             store.extend([s.len() as u32, w as u32, (w >> 32) as u32]);
@@ -347,7 +353,7 @@ fn learn_merges_split(
     // Every pair of adjacent bytes: its count and its spans. The lists go into one pool,
     // not a vector per pair (hundreds of thousands of small allocations, as many to free at
     // the end): a first pass counts each pair's spans, a second writes them in place.
-    let mut stats: FxHashMap<u64, PairStats> = FxHashMap::default();
+    let mut stats: PairTable = PairTable::with_hasher_in(Default::default(), HugePageTables);
     for (place, w, ids) in words.unmerged() {
         for p in ids.windows(2) {
             let e = stats.entry(key(p[0], p[1])).or_default();
