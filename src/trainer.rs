@@ -121,6 +121,9 @@ impl Spans {
                 u32::MAX as u64 * ALIGN as u64
             )));
         }
+        if let Some((s, _)) = kept().find(|(s, _)| s.len() > u32::MAX as usize) {
+            return Err(Error::CorpusTooLarge(format!("a span of {} bytes, more than the merge loop's 2^32 - 1", s.len())));
+        }
         let mut store = Vec::with_capacity(words);
         huge_pages::advise(&mut store);
         for (s, &c) in kept() {
