@@ -163,7 +163,9 @@ class Trainer:
 
         Raises:
             ValueError: ``vocab_size`` leaves no room for the 256 byte tokens and the
-                special tokens, a special token is empty or repeated, or nothing was counted.
+                special tokens, a special token is empty or repeated, nothing was counted,
+                or the distinct spans are too many for the merge loop to index (their ids
+                and headers past 2^33 words, about 32 GiB, or one span past 2^32 - 1 bytes).
         """
         specials = list(special_tokens)
         for s in specials:
