@@ -356,10 +356,14 @@ fn learn_merges_split(
     // Every pair of adjacent bytes: its count and its spans. The lists go into one pool,
     // not a vector per pair (hundreds of thousands of small allocations, as many to free at
     // the end): a first pass counts each pair's spans, a second writes them in place.
-    let mut stats: PairTable = PairTable::with_hasher_in(Default::default(), HugePageTables);
+    // Every id is a byte until the first merge, so the first statistics go into a dense
+    // table indexed by the pair's two bytes, and only the pairs found move into the hash
+    // table.
+    let mut dense: Vec<PairStats> = (0..1 << 16).map(|_| PairStats::default()).collect();
+    let byte_pair = |p: &[u32]| (p[0] as usize) << 8 | p[1] as usize;
     for (place, w, ids) in words.unmerged() {
         for p in ids.windows(2) {
-            let e = stats.entry(key(p[0], p[1])).or_default();
+            let e = &mut dense[byte_pair(p)];
             e.count += w;
             if e.last != place + 1 {
                 e.last = place + 1;
@@ -367,22 +371,26 @@ fn learn_merges_split(
             }
         }
     }
-    let mut pool: Vec<u32> = vec![0; stats.values().map(|e| e.len as usize).sum()];
+    let mut pool: Vec<u32> = vec![0; dense.iter().map(|e| e.len as usize).sum()];
     let mut at = 0;
-    for e in stats.values_mut() {
+    for e in &mut dense {
         e.start = at;
         at += e.len as usize;
         (e.len, e.last) = (0, 0);
     }
     for (place, _, ids) in words.unmerged() {
         for p in ids.windows(2) {
-            let e = stats.get_mut(&key(p[0], p[1])).expect("counted in the first pass");
+            let e = &mut dense[byte_pair(p)];
             if e.last != place + 1 {
                 e.last = place + 1;
                 pool[e.start + e.len as usize] = place;
                 e.len += 1;
             }
         }
+    }
+    let mut stats: PairTable = PairTable::with_hasher_in(Default::default(), HugePageTables);
+    for (k, e) in dense.into_iter().enumerate().filter(|(_, e)| e.len > 0) {
+        stats.insert(key((k >> 8) as u32, (k & 255) as u32), e);
     }
     let mut heap: OctonaryHeap<Candidate> =
         stats.iter().filter(|(_, s)| s.count > 0).map(|(&pair, s)| Candidate { count: s.count, pair }).collect();
