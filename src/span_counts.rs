@@ -87,7 +87,7 @@ impl ShortCounts {
         let size = (self.slots.len() * 2).max(Self::MIN_SLOTS);
         let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
         self.len = 0;
-        for slot in old.iter().filter(|s| s.key != [0; 16]) {
+        for slot in filled(&old) {
             self.add(u128::from_le_bytes(slot.key), slot.count);
         }
     }
@@ -98,7 +98,7 @@ impl ShortCounts {
             std::mem::swap(self, &mut other);
         }
         self.empty += other.empty;
-        for slot in other.slots.iter().filter(|s| s.key != [0; 16]) {
+        for slot in filled(&other.slots) {
             self.add(u128::from_le_bytes(slot.key), slot.count);
         }
     }
@@ -110,9 +110,14 @@ impl ShortCounts {
     /// Every span's bytes and count, in no particular order.
     fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
         let empty = (self.empty > 0).then_some((&[][..], self.empty));
-        let full = self.slots.iter().filter(|s| s.key != [0; 16]).map(|s| (&s.key[..s.key[15] as usize], s.count));
+        let full = filled(&self.slots).map(|s| (&s.key[..s.key[15] as usize], s.count));
         empty.into_iter().chain(full)
     }
+}
+
+/// The slots that hold a span.
+fn filled(slots: &[Slot]) -> impl Iterator<Item = &Slot> {
+    slots.iter().filter(|s| s.key != [0; 16])
 }
 
 fn add_long(long: &mut FxHashMap<Box<str>, u64>, span: &str, count: u64) {

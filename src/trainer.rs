@@ -114,15 +114,15 @@ struct Spans {
 impl Spans {
     fn new(spans: &[&[u8]], counts: &[u64]) -> Result<Self> {
         let kept = || spans.iter().zip(counts).filter(|(s, &c)| s.len() >= 2 && c > 0);
-        let words: usize = kept().map(|(s, _)| (HEADER + s.len()).next_multiple_of(ALIGN)).sum();
+        let (words, longest) = kept().fold((0, 0), |(w, l), (s, _)| (w + (HEADER + s.len()).next_multiple_of(ALIGN), l.max(s.len())));
+        if longest > u32::MAX as usize {
+            return Err(Error::CorpusTooLarge(format!("a span of {longest} bytes, more than the merge loop's 2^32 - 1")));
+        }
         if words / ALIGN > u32::MAX as usize {
             return Err(Error::CorpusTooLarge(format!(
                 "its distinct spans hold {words} ids and headers, more than the merge loop can index ({})",
                 u32::MAX as u64 * ALIGN as u64
             )));
-        }
-        if let Some((s, _)) = kept().find(|(s, _)| s.len() > u32::MAX as usize) {
-            return Err(Error::CorpusTooLarge(format!("a span of {} bytes, more than the merge loop's 2^32 - 1", s.len())));
         }
         let mut store = Vec::with_capacity(words);
         huge_pages::advise(&mut store);
