@@ -26,6 +26,7 @@ pub mod span_counts;
 pub mod special;
 pub mod str_storage;
 pub mod three_byte_tokens;
+pub mod tiktoken_file;
 pub mod token_table;
 pub mod trainer;
 pub mod vocab;

@@ -1380,11 +1380,28 @@ fn available_cores() -> usize {
     batch::available_cores()
 }
 
+/// `parse_tiktoken_canonical(contents: bytes) -> dict[bytes, int] | None`: a `.tiktoken`
+/// file in its canonical form as `{token: rank}`, or `None` for any other form (a
+/// malformed file included, or one that repeats a token or a rank), which the caller
+/// parses line by line. See `tiktoken_file.rs`.
+#[pyfunction]
+fn parse_tiktoken_canonical<'py>(py: Python<'py>, contents: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(parsed) = py.detach(|| crate::tiktoken_file::parse_canonical(contents)) else {
+        return Ok(None);
+    };
+    let ranks = PyDict::new(py);
+    for (token, rank) in parsed.iter() {
+        ranks.set_item(PyBytes::new(py, token), rank)?;
+    }
+    Ok((ranks.len() == parsed.len()).then_some(ranks))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCoreBPE>()?;
     m.add_class::<PySpanCounter>()?;
     m.add_function(wrap_pyfunction!(available_cores, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_tiktoken_canonical, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

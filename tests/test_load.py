@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenmill.load as tm_load
+from tokenmill import _core
 from tokenmill.load import (
     VocabularyFormatError,
     VocabularyNotAvailableError,
@@ -567,6 +568,33 @@ _LINE_PIECES = st.sampled_from(
 def test_parse_agrees_with_reference_on_arbitrary_input(lines):
     data = b"\n".join(lines)
     assert _parse_or_none(data) == _reference_parse(data)
+
+
+@given(st.lists(st.lists(_LINE_PIECES, max_size=4).map(b" ".join), max_size=8))
+def test_extension_parser_accepts_nothing_the_reference_refuses(lines):
+    data = b"\n".join(lines)
+    fast = _core.parse_tiktoken_canonical(data)
+    if fast is not None:
+        assert fast == _reference_parse(data)
+
+
+@given(
+    st.dictionaries(st.binary(min_size=1, max_size=40), st.integers(0, 2**32 + 5), max_size=40),
+    st.booleans(),
+)
+def test_extension_parser_reads_every_canonical_file(ranks, final_newline):
+    lines = [base64.b64encode(t) + b" " + str(r).encode() for t, r in ranks.items()]
+    data = b"\n".join(lines) + (b"\n" if final_newline else b"")
+    fast = _core.parse_tiktoken_canonical(data)
+    distinct = len(set(ranks.values())) == len(ranks)
+    if distinct and all(r < 2**32 for r in ranks.values()):
+        assert fast == ranks
+    else:
+        # Repeated ranks are an error and ranks past 32 bits are no token id: both are left
+        # to the line-by-line parser, which reads the second kind too.
+        assert fast is None
+        if distinct:
+            assert parse_tiktoken_bpe(data) == ranks
 
 
 # ---------------------------------------------------------------------------------------------

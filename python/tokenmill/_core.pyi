@@ -10,6 +10,11 @@ _Disallowed = Union[Literal["all"], Collection[str]]
 def available_cores() -> int:
     """The number of cores batch calls may use."""
 
+def parse_tiktoken_canonical(contents: bytes) -> dict[bytes, int] | None:
+    """A ``.tiktoken`` file in its canonical form (``<base64> <rank>`` lines, single spaces,
+    ``\\n`` line ends, no repeated token or rank) as ``{token: rank}``; ``None`` for any other
+    form, which :func:`tokenmill.load.parse_tiktoken_bpe` then parses line by line."""
+
 class CoreBPE:
     """The compiled encoder behind :class:`tokenmill.Encoding`."""
 
