@@ -1,7 +1,7 @@
 //! The encoder: pre-tokenization, whole-piece lookup, byte-pair merging and special-token
 //! handling, with tiktoken's exact results.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use crate::batch;
 use crate::bpe::{self, PairMemo, Scratch};
@@ -41,14 +41,16 @@ fn piece_key(text: &[u8], start: usize, end: usize) -> u128 {
 }
 
 impl Encoder {
-    pub fn new(
-        ranks: FxHashMap<Vec<u8>, Rank>,
+    /// An encoder for the mergeable `tokens` (byte strings with their ids, each string
+    /// and each id once), the special tokens and the splitting pattern.
+    pub fn new<B: AsRef<[u8]>>(
+        tokens: impl IntoIterator<Item = (B, Rank)>,
         special_tokens: Vec<(String, Rank)>,
         pattern: &str,
     ) -> Result<Self> {
         let splitter = Splitter::new(pattern)?;
         let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
-        let vocab = Vocab::new(ranks, special_tokens)?;
+        let vocab = Vocab::new(tokens, special_tokens)?;
         Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), pairs: PairMemo::default(), splitter, specials, pattern: pattern.to_string() })
     }
 
@@ -490,12 +492,11 @@ impl Encoder {
             return Ok((tokens, Vec::new()));
         }
         let sorted = self.vocab.sorted_tokens();
-        let ranks = self.vocab.ranks();
 
         // Single tokens that extend the unstable bytes.
         let mut i = sorted.partition_point(|t| t.as_slice() < unstable.as_slice());
         while i < sorted.len() && sorted[i].starts_with(&unstable) {
-            completions.insert(vec![ranks[&sorted[i]]]);
+            completions.insert(vec![self.vocab.rank(&sorted[i]).expect("a sorted token has a rank")]);
             i += 1;
         }
         // A token straddling each inner split point: re-encode prefix + token.
@@ -657,6 +658,7 @@ fn last_char(bytes: &[u8]) -> Option<(char, usize)> {
 mod tests {
     use super::*;
     use crate::special::SpecialSet;
+    use rustc_hash::FxHashMap;
 
     fn byte_vocab() -> FxHashMap<Vec<u8>, Rank> {
         let mut ranks = FxHashMap::default();

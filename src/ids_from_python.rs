@@ -32,10 +32,9 @@ pub(crate) fn ids_from(arg: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Rank>>
     }
     match ids_in_place(obj) {
         Some(ids) => Ok(ids),
-        None => obj.extract::<Vec<Rank>>().map_err(|e| {
+        None => obj.extract::<Vec<Rank>>().inspect_err(|e| {
             // (the note PyO3 adds to an argument it cannot extract)
             let _ = e.value(obj.py()).call_method1("add_note", (format!("while processing '{arg}'"),));
-            e
         }),
     }
 }

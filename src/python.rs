@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyUnicodeEncodeE
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use crate::batch;
 use crate::encoder::Encoder;
@@ -1123,12 +1123,15 @@ impl PyCoreBPE {
     /// `CoreBPE(mergeable_ranks: dict[bytes, int], special_tokens: dict[str, int], pattern: str)`
     #[new]
     fn new(py: Python<'_>, mergeable_ranks: &Bound<'_, PyDict>, special_tokens: &Bound<'_, PyDict>, pattern: &str) -> PyResult<Self> {
-        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
-        ranks.reserve(mergeable_ranks.len());
+        // The tokens' bytes back to back, with where each ends and its id: no allocation
+        // or hashing per token while the GIL is held (the dict's keys are distinct).
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut ends: Vec<(usize, Rank)> = Vec::with_capacity(mergeable_ranks.len());
         for (k, v) in mergeable_ranks.iter() {
             let k = k.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("mergeable_ranks keys must be bytes"))?;
             let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("mergeable_ranks values must be ints in [0, 2**32)"))?;
-            ranks.insert(k.as_bytes().to_vec(), v);
+            bytes.extend_from_slice(k.as_bytes());
+            ends.push((bytes.len(), v));
         }
         let mut specials = Vec::with_capacity(special_tokens.len());
         for (k, v) in special_tokens.iter() {
@@ -1137,7 +1140,13 @@ impl PyCoreBPE {
             specials.push((k, v));
         }
         let pattern = pattern.to_string();
-        let enc = py.detach(move || Encoder::new(ranks, specials, &pattern)).map_err(|e| to_py_err(py, e))?;
+        let enc = py
+            .detach(move || {
+                let starts = std::iter::once(0).chain(ends.iter().map(|&(end, _)| end));
+                let tokens = starts.zip(&ends).map(|(start, &(end, id))| (&bytes[start..end], id));
+                Encoder::new(tokens, specials, &pattern)
+            })
+            .map_err(|e| to_py_err(py, e))?;
         crate::shared_ints::prepare(py, enc.vocab());
         Ok(Self { inner: Arc::new(enc) })
     }
@@ -1345,7 +1354,7 @@ impl PySpanCounter {
         num_merges: u32,
         progress: Option<Py<PyAny>>,
         threads: usize,
-    ) -> PyResult<(Vec<(u32, u32)>, Bound<'py, PyList>)> {
+    ) -> PyResult<(Vec<trainer::Pair>, Bound<'py, PyList>)> {
         let inner = &self.inner;
         let mut failure: Option<PyErr> = None;
         let result = py.detach(|| {

@@ -243,7 +243,7 @@ pub fn laid_out_ints() -> Option<&'static IntPlaces> {
 /// made in about 5 ms).
 pub fn prepare(_py: Python<'_>, vocab: &Vocab) {
     let count = vocab.id_count();
-    let ids = vocab.ranks().len() + vocab.special_tokens().len();
+    let ids = vocab.mergeable_count() + vocab.special_tokens().len();
     if !PERMANENT || count > MAX_SHARED_INT || count > 2 * ids + (1 << SEGMENT_BITS) || NO_LAYOUT.load(Ordering::Relaxed) {
         return;
     }

@@ -17,6 +17,7 @@
 //! A small Bloom filter (`TokenFilter`) in front of the tables answers most lookups of
 //! strings that are no token without a probe of the tables.
 
+use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
@@ -81,31 +82,49 @@ fn hash(packed: u128) -> u64 {
 
 impl ShortTokens {
     /// Builds the table from `(inline key, rank)` pairs of tokens of at most
-    /// [`INLINE_MAX`] bytes.
-    pub fn new(tokens: impl IntoIterator<Item = (u128, Rank)>) -> Self {
+    /// [`INLINE_MAX`] bytes; `None` if a key is given twice. Each table is made at its
+    /// final size (growing a table rehashes all it holds).
+    pub fn new(tokens: impl IntoIterator<Item = (u128, Rank)>) -> Option<Self> {
         let tokens: Vec<(u128, Rank)> = tokens.into_iter().collect();
         let filter = TokenFilter::new(tokens.iter().map(|&(k, _)| k));
-        let mut small = HashTable::new();
-        let mut packed = HashTable::new();
+        let len = |key: u128| (key >> 120) as usize;
+        let is_small = |&(key, rank): &(u128, Rank)| len(key) <= SMALL_MAX && (rank as u64) < SMALL_RANKS;
+        let smalls = tokens.iter().filter(|t| is_small(t)).count();
+        let packs = tokens.iter().filter(|t| !is_small(t) && len(t.0) <= PACKED_MAX).count();
+        let mut small = HashTable::with_capacity(smalls);
+        let mut packed = HashTable::with_capacity(packs);
         let mut small_spilled = false;
         let mut wide = FxHashMap::default();
         for (key, rank) in tokens {
-            let len = (key >> 120) as usize;
-            debug_assert!(len <= INLINE_MAX);
-            if len <= SMALL_MAX && (rank as u64) < SMALL_RANKS {
+            debug_assert!(len(key) <= INLINE_MAX);
+            if is_small(&(key, rank)) {
                 let k = small_key(key);
-                small.insert_unique(small_hash(k), k | ((rank as u64) << SMALL_KEY_BITS), |e: &u64| small_hash(e & SMALL_KEY_MASK));
-            } else if len <= PACKED_MAX {
-                small_spilled |= len <= SMALL_MAX;
+                match small.entry(small_hash(k), |e: &u64| e & SMALL_KEY_MASK == k, |e: &u64| small_hash(e & SMALL_KEY_MASK)) {
+                    Entry::Occupied(_) => return None,
+                    Entry::Vacant(slot) => slot.insert(k | ((rank as u64) << SMALL_KEY_BITS)),
+                };
+            } else if len(key) <= PACKED_MAX {
+                small_spilled |= len(key) <= SMALL_MAX;
                 let k = packed_key(key);
-                packed.insert_unique(hash(k), k | ((rank as u128) << 96), |e: &u128| hash(e & KEY_MASK));
-            } else {
-                wide.insert(key, rank);
+                match packed.entry(hash(k), |e: &u128| e & KEY_MASK == k, |e: &u128| hash(e & KEY_MASK)) {
+                    Entry::Occupied(_) => return None,
+                    Entry::Vacant(slot) => slot.insert(k | ((rank as u128) << 96)),
+                };
+            } else if wide.insert(key, rank).is_some() {
+                return None;
             }
         }
-        packed.shrink_to_fit(|e: &u128| hash(e & KEY_MASK));
-        small.shrink_to_fit(|e: &u64| small_hash(e & SMALL_KEY_MASK));
-        Self { filter, small, small_spilled, packed, wide }
+        let table = Self { filter, small, small_spilled, packed, wide };
+        // A short token whose rank did not fit `small` may repeat one that is there.
+        if small_spilled && table.packed.iter().any(|e| {
+            let k = e & KEY_MASK;
+            let n = (k >> 88) as usize;
+            let key = (k & BYTES_MASK) | ((n as u128) << 120);
+            n <= SMALL_MAX && table.small.find(small_hash(small_key(key)), |s| s & SMALL_KEY_MASK == small_key(key)).is_some()
+        }) {
+            return None;
+        }
+        Some(table)
     }
 
     /// The rank of the token with inline key `key`, if it is one.
@@ -195,7 +214,7 @@ mod tests {
         }
         tokens.sort();
         tokens.dedup();
-        let table = ShortTokens::new(tokens.iter().enumerate().map(|(i, t)| (inline_key(t), i as Rank * 7919 % 300_000)));
+        let table = ShortTokens::new(tokens.iter().enumerate().map(|(i, t)| (inline_key(t), i as Rank * 7919 % 300_000))).unwrap();
         for (i, t) in tokens.iter().enumerate() {
             assert_eq!(table.get(inline_key(t)), Some(i as Rank * 7919 % 300_000), "{t:?}");
             let mut other = t.clone();
@@ -241,11 +260,23 @@ mod tests {
     fn keeps_ranks_up_to_u32_max() {
         // A token of at most SMALL_MAX bytes whose rank does not fit an 8-byte entry goes
         // to the 16-byte table; both are then searched.
-        let table = ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abcdefghijklm"), Rank::MAX - 2), (inline_key(b"xy"), 5)]);
+        let table = ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abcdefghijklm"), Rank::MAX - 2), (inline_key(b"xy"), 5)]).unwrap();
         assert!(table.small_spilled);
         assert_eq!(table.get(inline_key(b"xy")), Some(5));
         assert_eq!(table.get(inline_key(b"abc")), Some(Rank::MAX - 1));
         assert_eq!(table.get(inline_key(b"abcdefghijklm")), Some(Rank::MAX - 2));
         assert_eq!(table.get(inline_key(b"abd")), None);
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_in_every_table() {
+        for t in [&b"ab"[..], b"abcdefgh", b"abcdefghijklm"] {
+            assert!(ShortTokens::new([(inline_key(t), 1), (inline_key(b"z"), 2), (inline_key(t), 3)]).is_none(), "{t:?}");
+        }
+        // The same bytes once with a rank that fits an 8-byte entry, once with one that
+        // does not (in either order).
+        assert!(ShortTokens::new([(inline_key(b"abc"), 1), (inline_key(b"abc"), Rank::MAX - 1)]).is_none());
+        assert!(ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abc"), 1)]).is_none());
+        assert!(ShortTokens::new([(inline_key(b"abc"), Rank::MAX - 1), (inline_key(b"abd"), 1)]).is_some());
     }
 }
