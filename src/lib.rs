@@ -18,6 +18,7 @@ pub mod char_classes;
 pub mod encoder;
 pub mod error;
 pub mod huge_pages;
+pub mod merge_list;
 pub mod piece_cache;
 pub mod prefetch;
 pub mod pretokenize;

@@ -1123,16 +1123,7 @@ impl PyCoreBPE {
     /// `CoreBPE(mergeable_ranks: dict[bytes, int], special_tokens: dict[str, int], pattern: str)`
     #[new]
     fn new(py: Python<'_>, mergeable_ranks: &Bound<'_, PyDict>, special_tokens: &Bound<'_, PyDict>, pattern: &str) -> PyResult<Self> {
-        // The tokens' bytes back to back, with where each ends and its id: no allocation
-        // or hashing per token while the GIL is held (the dict's keys are distinct).
-        let mut bytes: Vec<u8> = Vec::new();
-        let mut ends: Vec<(usize, Rank)> = Vec::with_capacity(mergeable_ranks.len());
-        for (k, v) in mergeable_ranks.iter() {
-            let k = k.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("mergeable_ranks keys must be bytes"))?;
-            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("mergeable_ranks values must be ints in [0, 2**32)"))?;
-            bytes.extend_from_slice(k.as_bytes());
-            ends.push((bytes.len(), v));
-        }
+        let tokens = DictTokens::read(mergeable_ranks)?;
         let mut specials = Vec::with_capacity(special_tokens.len());
         for (k, v) in special_tokens.iter() {
             let k: String = k.extract().map_err(|_| PyTypeError::new_err("special_tokens keys must be str"))?;
@@ -1141,11 +1132,7 @@ impl PyCoreBPE {
         }
         let pattern = pattern.to_string();
         let enc = py
-            .detach(move || {
-                let starts = std::iter::once(0).chain(ends.iter().map(|&(end, _)| end));
-                let tokens = starts.zip(&ends).map(|(start, &(end, id))| (&bytes[start..end], id));
-                Encoder::new(tokens, specials, &pattern)
-            })
+            .detach(move || Encoder::new(tokens.iter(), specials, &pattern))
             .map_err(|e| to_py_err(py, e))?;
         crate::shared_ints::prepare(py, enc.vocab());
         Ok(Self { inner: Arc::new(enc) })
@@ -1405,12 +1392,66 @@ fn parse_tiktoken_canonical<'py>(py: Python<'py>, contents: &[u8]) -> PyResult<O
     Ok((ranks.len() == parsed.len()).then_some(ranks))
 }
 
+/// A `mergeable_ranks` dict read while the GIL is held: its keys' bytes back to back, with
+/// where each key ends and its value, in the dict's order. No allocation or hashing per
+/// token (the dict's keys are distinct).
+struct DictTokens {
+    bytes: Vec<u8>,
+    ends: Vec<(usize, Rank)>,
+}
+
+impl DictTokens {
+    fn read(mergeable_ranks: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut ends: Vec<(usize, Rank)> = Vec::with_capacity(mergeable_ranks.len());
+        for (k, v) in mergeable_ranks.iter() {
+            let k = k.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("mergeable_ranks keys must be bytes"))?;
+            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("mergeable_ranks values must be ints in [0, 2**32)"))?;
+            bytes.extend_from_slice(k.as_bytes());
+            ends.push((bytes.len(), v));
+        }
+        Ok(Self { bytes, ends })
+    }
+
+    /// The tokens with their ranks, in the dict's order.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], Rank)> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(end, _)| end));
+        starts.zip(&self.ends).map(|(start, &(end, id))| (&self.bytes[start..end], id))
+    }
+}
+
+/// `tiktoken_merges(mergeable_ranks: dict[bytes, int]) -> (list[tuple[int, bytes, bytes]],
+/// list[bytes])`: every token's tiktoken merge as `(rank, left, right)`, sorted by rank, and
+/// the tokens no merge run rebuilds, in the dict's order (see `merge_list.rs`).
+#[pyfunction]
+fn tiktoken_merges<'py>(py: Python<'py>, mergeable_ranks: &Bound<'py, PyDict>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let tokens = DictTokens::read(mergeable_ranks)?;
+    let (merges, unreachable) = py
+        .detach(|| -> Result<_, Error> {
+            let vocab = crate::vocab::Vocab::new(tokens.iter(), Vec::new())?;
+            let (mut merges, mut unreachable) = (Vec::new(), Vec::new());
+            for (token, rank) in tokens.iter().filter(|(t, _)| t.len() >= 2) {
+                match crate::merge_list::last_merge(&vocab, token) {
+                    Some(split) => merges.push((rank, token.split_at(split))),
+                    None => unreachable.push(token),
+                }
+            }
+            merges.sort_unstable_by_key(|&(rank, _)| rank);
+            Ok((merges, unreachable))
+        })
+        .map_err(|e| to_py_err(py, e))?;
+    let merges = PyList::new(py, merges.into_iter().map(|(rank, (left, right))| (rank, PyBytes::new(py, left), PyBytes::new(py, right))))?;
+    let unreachable = PyList::new(py, unreachable.into_iter().map(|t| PyBytes::new(py, t)))?;
+    Ok((merges, unreachable))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCoreBPE>()?;
     m.add_class::<PySpanCounter>()?;
     m.add_function(wrap_pyfunction!(available_cores, m)?)?;
     m.add_function(wrap_pyfunction!(parse_tiktoken_canonical, m)?)?;
+    m.add_function(wrap_pyfunction!(tiktoken_merges, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -394,6 +394,61 @@ def test_tiktoken_merges_of_cl100k(export_of):
             assert tuple(engine._encode_single_piece(token)) == last[ranks[token]], token
 
 
+def _textbook_merges(ranks):
+    """tiktoken_merges the slow way: each token's bytes merged by lowest rank (leftmost on
+    ties), every pair re-ranked at every step, until two parts are left."""
+    merges, unreachable = [], []
+    for token, rank in ranks.items():
+        if len(token) < 2:
+            continue
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            found = [(ranks[a + b], i) for i, (a, b) in enumerate(zip(parts, parts[1:])) if a + b in ranks]
+            if not found:
+                break
+            i = min(found)[1]
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        if len(parts) == 2:
+            merges.append((rank, parts[0], parts[1]))
+        else:
+            unreachable.append(token)
+    return sorted(merges), unreachable
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tiktoken_merges_match_the_textbook_run(seed):
+    # Strings over three letters at random ranks: many tokens are built through
+    # higher-ranked intermediates, and some are unreachable.
+    rng = random.Random(seed)
+    ranks = {bytes([b]): b for b in range(256)}
+    strings = list({"".join(rng.choice("abc") for _ in range(rng.randint(2, 9))).encode() for _ in range(400)})
+    rng.shuffle(strings)
+    ranks.update({t: 256 + i for i, t in enumerate(strings)})
+    items = list(ranks.items())
+    rng.shuffle(items)
+    shuffled = dict(items)  # the unreachable tokens come in the mapping's order
+    merges, unreachable = hf.tiktoken_merges(shuffled)
+    assert (merges, unreachable) == _textbook_merges(shuffled)
+    assert len(merges) > 100 and len(unreachable) > 20
+    assert hf.tiktoken_merges(types_mapping(shuffled)) == (merges, unreachable)
+
+
+def types_mapping(d):
+    """A read-only mapping that is not a dict."""
+    import types
+
+    return types.MappingProxyType(d)
+
+
+def test_tiktoken_merges_refuse_a_vocabulary_that_is_not_one():
+    with pytest.raises(ValueError, match="more than one"):
+        hf.tiktoken_merges({b"a": 0, b"b": 0})
+    with pytest.raises(TypeError, match="bytes"):
+        hf.tiktoken_merges({"a": 0})
+    with pytest.raises(TypeError, match="ints"):
+        hf.tiktoken_merges({b"a": -1})
+
+
 def _tiny_encoding(extra):
     ranks = {bytes([b]): b for b in range(256)}
     ranks.update({k.encode(): v for k, v in extra.items()})

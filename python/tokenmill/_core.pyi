@@ -15,6 +15,12 @@ def parse_tiktoken_canonical(contents: bytes) -> dict[bytes, int] | None:
     ``\\n`` line ends, no repeated token or rank) as ``{token: rank}``; ``None`` for any other
     form, which :func:`tokenmill.load.parse_tiktoken_bpe` then parses line by line."""
 
+def tiktoken_merges(
+    mergeable_ranks: dict[bytes, int],
+) -> tuple[list[tuple[int, bytes, bytes]], list[bytes]]:
+    """Every token's tiktoken merge as ``(rank, left, right)``, sorted by rank, and the tokens
+    no merge run rebuilds, in the dict's order (see :func:`tokenmill.huggingface.tiktoken_merges`)."""
+
 class CoreBPE:
     """The compiled encoder behind :class:`tokenmill.Encoding`."""
 

@@ -159,37 +159,6 @@ def token_string_to_bytes(token: str) -> Optional[bytes]:
 # Merges from ranks
 # ---------------------------------------------------------------------------------------------
 
-_NO_RANK = 1 << 62
-
-
-def _last_merge(token: bytes, rank_of: Any) -> Optional[Tuple[bytes, bytes]]:
-    """The two tokens tiktoken's byte-pair merge joins last when it encodes ``token``'s bytes
-    without looking the whole piece up, or ``None`` when that run stops at three or more
-    tokens. ``rank_of`` is ``ranks.get``. Same loop as tiktoken: lowest rank, leftmost."""
-    n = len(token)
-    if n == 2:
-        return token[:1], token[1:]
-    if n == 3:
-        left, right = rank_of(token[:2], _NO_RANK), rank_of(token[1:], _NO_RANK)
-        if left == _NO_RANK and right == _NO_RANK:
-            return None
-        return (token[:2], token[2:]) if left <= right else (token[:1], token[1:])
-    parts = [token[i : i + 1] for i in range(n)]
-    pair_ranks = [rank_of(token[i : i + 2], _NO_RANK) for i in range(n - 1)]
-    for _ in range(n - 2):  # every merge removes one part; stop at two
-        best = min(pair_ranks)
-        if best == _NO_RANK:
-            return None
-        i = pair_ranks.index(best)
-        parts[i] += parts[i + 1]
-        del parts[i + 1]
-        del pair_ranks[i]
-        if i:
-            pair_ranks[i - 1] = rank_of(parts[i - 1] + parts[i], _NO_RANK)
-        if i < len(pair_ranks):
-            pair_ranks[i] = rank_of(parts[i] + parts[i + 1], _NO_RANK)
-    return parts[0], parts[1]
-
 
 def tiktoken_merges(
     mergeable_ranks: Mapping[bytes, int],
@@ -205,22 +174,15 @@ def tiktoken_merges(
     Returns:
         ``(merges, unreachable)``: ``merges`` is a list of ``(rank, left, right)`` sorted by
         rank; ``unreachable`` lists the tokens that the run does not rebuild (tiktoken only
-        ever produces them by whole-piece lookup). Takes about 1 to 1.5 s for cl100k_base and
-        2 to 3 s for o200k_base (pure Python, one core).
+        ever produces them by whole-piece lookup), in the mapping's order. Computed by the
+        extension (``merge_list.rs``): about 0.3 s for o200k_base on a 2-core VM.
+
+    Raises:
+        TypeError: a key is not bytes or a rank not an int in ``[0, 2**32)``.
+        ValueError: two tokens share a rank.
     """
-    rank_of = mergeable_ranks.get
-    merges: List[Tuple[int, bytes, bytes]] = []
-    unreachable: List[bytes] = []
-    for token, rank in mergeable_ranks.items():
-        if len(token) < 2:
-            continue
-        pair = _last_merge(token, rank_of)
-        if pair is None:
-            unreachable.append(token)
-        else:
-            merges.append((rank, pair[0], pair[1]))
-    merges.sort()
-    return merges, unreachable
+    ranks = mergeable_ranks if type(mergeable_ranks) is dict else dict(mergeable_ranks)
+    return _core.tiktoken_merges(ranks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,8 +598,9 @@ def to_tokenizer_json(enc: Encoding) -> Dict[str, Any]:
     else:  # keep only the matches, as tiktoken does
         split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Removed", "invert": True}
 
-    vocab = {token_bytes_to_string(token): rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])}
-    merges = [[token_bytes_to_string(left), token_bytes_to_string(right)] for left, right in _export_merges(enc)]
+    string_of = {token: token_bytes_to_string(token) for token in ranks}
+    vocab = {string_of[token]: rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])}
+    merges = [[string_of[left], string_of[right]] for left, right in _export_merges(enc)]
 
     specials = sorted(enc._special_tokens.items(), key=lambda kv: (kv[1], kv[0]))
     seen_ids: Dict[int, str] = {}
