@@ -217,14 +217,17 @@ impl Vocab {
         let short = ShortTokens::new(tokens().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, id)| (inline_key(k), id))).ok_or_else(repeated)?;
         let three = ThreeByteTokens::new(tokens().filter_map(|(k, id)| Some((<[u8; 3]>::try_from(k).ok()?, id))));
         let max_len = tokens().map(|(k, _)| k.len()).max().unwrap_or(0);
-        let long_count = tokens().filter(|(k, _)| k.len() > INLINE_MAX).count();
-        let long_tokens = TokenFilter::new(tokens().filter(|(k, _)| k.len() > INLINE_MAX).map(|(k, _)| long_key(k)).collect::<Vec<_>>().into_iter());
-        let mut long = HashTable::with_capacity(long_count);
-        for (k, id) in tokens().filter(|(k, _)| k.len() > INLINE_MAX) {
-            let entry = LongToken { start: (k.as_ptr() as usize - decode_bytes.as_ptr() as usize) as u32, len: k.len() as u32, id };
-            match long.entry(long_hash(k), |e: &LongToken| e.bytes(&decode_bytes) == k, |e: &LongToken| long_hash(e.bytes(&decode_bytes))) {
+        let longs: Vec<LongToken> = (decode_spans.iter().zip(&mergeable).enumerate())
+            .filter(|&(_, (&span, &m))| m && (span >> 32) as usize > INLINE_MAX)
+            .map(|(id, (&span, _))| LongToken { start: span as u32, len: (span >> 32) as u32, id: id as Rank })
+            .collect();
+        let long_tokens = TokenFilter::new(longs.iter().map(|e| long_key(e.bytes(&decode_bytes))));
+        let mut long = HashTable::with_capacity(longs.len());
+        for e in longs {
+            let k = e.bytes(&decode_bytes);
+            match long.entry(long_hash(k), |o: &LongToken| o.bytes(&decode_bytes) == k, |o: &LongToken| long_hash(o.bytes(&decode_bytes))) {
                 hashbrown::hash_table::Entry::Occupied(_) => return Err(repeated()),
-                hashbrown::hash_table::Entry::Vacant(slot) => slot.insert(entry),
+                hashbrown::hash_table::Entry::Vacant(slot) => slot.insert(e),
             };
         }
         let mergeable_count = spans.len();
