@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from encode_compare import BLOB_URL, LIBRARIES, RUN_ORDER, _build, build_slices
+from encode_compare import LIBRARIES, RUN_ORDER, _build, build_slices, cached_vocab_file
 from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
@@ -104,8 +104,6 @@ def main() -> int:
         return 0
 
     import tiktoken
-    from tokenmill.load import cache_path_for
-
     libs = [lib for lib in args.libs if importlib.util.find_spec(LIBRARIES[lib][0]) is not None]
     print("\n".join(header_lines([(LIBRARIES[lib][2], LIBRARIES[lib][1]) for lib in libs])))
     (docs,), _ = build_slices([int(args.mb * 1e6)])
@@ -116,9 +114,8 @@ def main() -> int:
     threads = args.batch_threads or cores
     with tempfile.TemporaryDirectory(prefix="decode_compare-") as tmp:
         for name in args.encodings:
-            vocab_file = cache_path_for(BLOB_URL.format(name=name))
-            if vocab_file is None or not os.path.isfile(vocab_file):
-                print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache; nothing is downloaded")
+            vocab_file = cached_vocab_file(name)
+            if vocab_file is None:
                 continue
             ids = tiktoken.get_encoding(name).encode_ordinary_batch(texts)
             path = os.path.join(tmp, f"{name}.json")

@@ -481,6 +481,18 @@ def _ids_digests(all_ids: List[Sequence[int]]) -> Tuple[str, List[str], int]:
     return total.hexdigest(), per_doc, tokens
 
 
+def cached_vocab_file(name: str) -> Optional[str]:
+    """The path of ``name``'s vocabulary in tiktoken's cache, or ``None`` after a one-line
+    note saying it is skipped (nothing is downloaded)."""
+    from tokenmill.load import cache_path_for
+
+    path = cache_path_for(BLOB_URL.format(name=name))
+    if path is None or not os.path.isfile(path):
+        print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache ({path}); nothing is downloaded")
+        return None
+    return path
+
+
 def _tiktoken_like(module, name: str):
     ref = module.get_encoding(name)
     return module.Encoding(
@@ -1012,8 +1024,6 @@ def main() -> int:
     if min(args.short_mb, args.long_mb, args.worst_mb) <= 0 or args.repeat < 1:
         ap.error("sizes must be positive and --repeat at least 1")
 
-    from tokenmill.load import cache_path_for
-
     started = time.perf_counter()
     for line in machine_lines():
         print(line)
@@ -1030,9 +1040,8 @@ def main() -> int:
     encodings = []
     vocab_files: Dict[str, str] = {}
     for name in args.encodings:
-        path = cache_path_for(BLOB_URL.format(name=name))
-        if path is None or not os.path.isfile(path):
-            print(f"note: {name} skipped: its vocabulary is not in tiktoken's cache ({path}); nothing is downloaded")
+        path = cached_vocab_file(name)
+        if path is None:
             continue
         encodings.append(name)
         vocab_files[name] = path
