@@ -51,7 +51,8 @@ Rows, per encoding (``--encodings``):
   least 5% of the cores' time (the parallel speed-up then measures the host). Below the
   table, that ratio's two factors: the batch's MB per CPU second over the one-thread
   run's (1.00: running in parallel costs nothing per byte) and the cores the batch used
-  on average (its CPU time over its wall time);
+  on average (its CPU time over its wall time); with ``--repeat`` of 2 or more, also the
+  batch over the one-thread run of the same round (median and range over the rounds);
 * ids as arrays (``--numpy``): tokenmill's and tiktoken's ``encode_to_numpy(text,
   disallowed_special=())`` (the same ids as ``encode_ordinary``, as numpy ``uint32``
   arrays: no Python int or list is made), one call per document on the short and long
@@ -64,7 +65,9 @@ Rows, per encoding (``--encodings``):
 * worst cases (tokenmill and tiktoken, one call on one document each): 1 MB of one
   repeated letter, of letters and punctuation without whitespace (fixed seed), of digits
   (fixed seed) and of spaces; their MB/s, and tokenmill's over its own short-run MB/s
-  (the target is at least 0.5).
+  (the target is at least 0.5); with ``--repeat`` of 2 or more, also that ratio within
+  each round (median and range). The best of each figure can pair a run in one of the
+  host's fast stretches with one in a slow stretch; the ratio within rounds does not.
 
 MB = 10**6 bytes of UTF-8 text. ``--repeat N`` runs every measurement N times, each in a
 fresh process, and keeps the fastest. The runs of one encoding go in N rounds (every
@@ -811,6 +814,23 @@ def paired_ratios(single, lib: str, regime: str) -> List[float]:
     return [b / a for a, b in pairs if a and b]
 
 
+def own_paired(res: Optional[dict], nbytes: int, own: Optional[dict], own_bytes: int) -> List[float]:
+    """A library's MB/s in ``res`` over its MB/s in ``own`` (another of its runs: its one
+    thread, or its short run), in each round where both ran. The two runs of a round come
+    seconds apart, so both mostly see the host in the same state: on this kind of shared
+    host one-thread runs of the same build land near one of two speeds, sometimes 1.5x
+    apart, and a ratio of the best of each can pair the fast state with the slow one."""
+    if not res or not own:
+        return []
+    pairs = zip(res.get("round_seconds", []), own.get("round_seconds", []))
+    return [(nbytes / a) / (own_bytes / b) for a, b in pairs if a and b]
+
+
+def _median_range(q: List[float]) -> str:
+    q = sorted(q)
+    return f"{statistics.median(q):.2f} ({q[0]:.2f}..{q[-1]:.2f})"
+
+
 def print_paired(libs, single, nbytes) -> None:
     """Per library, the median and range over the rounds of tokenmill's speed over its
     speed in the same round."""
@@ -950,6 +970,10 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
                 )
         if factors:
             lines.append(f"  {label} batch MB per CPU second / own one-thread's: {', '.join(factors)}")
+        paired = {r: own_paired(batch.get((lib, r)), n, single.get((lib, r)), n) for r, n in nbytes.items()}
+        if max(map(len, paired.values())) > 1:
+            cells = [f"{r} {_median_range(q)}" for r, q in paired.items() if q]
+            lines.append(f"  {label} batch / own one-thread, paired in each round (median, range): {', '.join(cells)}")
     for line in lines:
         print(line)
 
@@ -962,7 +986,8 @@ def print_numpy(name, libs, arrays, single, nbytes, texts, notes: List[str]) -> 
             print(_row_against_own(name, lib, arrays, single, nbytes, texts, "numpy", notes))
 
 
-def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List[str]) -> None:
+def print_worst(name, worst, nbytes: int, short: Optional[dict], short_bytes: int, notes: List[str]) -> None:
+    tm_short = _mbps(short, short_bytes)
     print(
         f"worst cases ({nbytes / 1e6:g} MB, one document, one call; "
         f"target: tokenmill >= {WORST_TARGET} x its own short-run MB/s):"
@@ -985,6 +1010,12 @@ def print_worst(name, worst, nbytes: int, tm_short: Optional[float], notes: List
             f"  {label:<26} {ctm:>15} {ctk:>14} {_fmt(_ratio(vtm, vtk), 6, 2)} "
             f"{_fmt(rel, 12, 2)} {target:>7} {same:>9}"
         )
+    paired = {label: own_paired(worst.get(("tokenmill", case)), nbytes, short, short_bytes) for case, label in WORST_CASES.items()}
+    if max(map(len, paired.values()), default=0) > 1:
+        print("  tokenmill / its short run, paired in each round (median, range):")
+        for label, q in paired.items():
+            if q:
+                print(f"    {label:<26} {_median_range(q)}")
 
 
 def main() -> int:
@@ -1151,8 +1182,7 @@ def main() -> int:
             if arrays:
                 print_numpy(name, libs, arrays, single, batch_bytes, texts, runner.notes)
             if worst:
-                tm_short = _mbps(single.get(("tokenmill", "short")), nbytes["short"])
-                print_worst(name, worst, worst_bytes, tm_short, runner.notes)
+                print_worst(name, worst, worst_bytes, single.get(("tokenmill", "short")), nbytes["short"], runner.notes)
             print()
             sys.stdout.flush()
 
