@@ -804,26 +804,21 @@ def print_single(name, libs, single, nbytes, texts, notes: List[str]) -> None:
         print(f"{row} {_same(same):>9}")
 
 
+def round_ratios(res: Optional[dict], nbytes: int, other: Optional[dict], other_bytes: int) -> List[float]:
+    """The MB/s of run ``res`` (over ``nbytes``) over the MB/s of run ``other`` (over
+    ``other_bytes``) in each round where both ran. The two runs of a round come seconds
+    apart, so both mostly see the host in the same state: on this kind of shared host
+    one-thread runs of the same build land near one of two speeds, sometimes 1.5x apart,
+    and a ratio of the best of each can pair the fast state with the slow one."""
+    if not res or not other:
+        return []
+    pairs = zip(res.get("round_seconds", []), other.get("round_seconds", []))
+    return [(nbytes / a) / (other_bytes / b) for a, b in pairs if a and b]
+
+
 def paired_ratios(single, lib: str, regime: str) -> List[float]:
-    """tokenmill's speed over ``lib``'s in each round where both ran (their seconds'
-    ratio, the text being the same)."""
-    tm, other = single.get(("tokenmill", regime)), single.get((lib, regime))
-    if not tm or not other:
-        return []
-    pairs = zip(tm.get("round_seconds", []), other.get("round_seconds", []))
-    return [b / a for a, b in pairs if a and b]
-
-
-def own_paired(res: Optional[dict], nbytes: int, own: Optional[dict], own_bytes: int) -> List[float]:
-    """A library's MB/s in ``res`` over its MB/s in ``own`` (another of its runs: its one
-    thread, or its short run), in each round where both ran. The two runs of a round come
-    seconds apart, so both mostly see the host in the same state: on this kind of shared
-    host one-thread runs of the same build land near one of two speeds, sometimes 1.5x
-    apart, and a ratio of the best of each can pair the fast state with the slow one."""
-    if not res or not own:
-        return []
-    pairs = zip(res.get("round_seconds", []), own.get("round_seconds", []))
-    return [(nbytes / a) / (own_bytes / b) for a, b in pairs if a and b]
+    """tokenmill's speed over ``lib``'s in each round where both ran (the same text)."""
+    return round_ratios(single.get(("tokenmill", regime)), 1, single.get((lib, regime)), 1)
 
 
 def _median_range(q: List[float]) -> str:
@@ -970,7 +965,7 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
                 )
         if factors:
             lines.append(f"  {label} batch MB per CPU second / own one-thread's: {', '.join(factors)}")
-        paired = {r: own_paired(batch.get((lib, r)), n, single.get((lib, r)), n) for r, n in nbytes.items()}
+        paired = {r: round_ratios(batch.get((lib, r)), n, single.get((lib, r)), n) for r, n in nbytes.items()}
         if max(map(len, paired.values())) > 1:
             cells = [f"{r} {_median_range(q)}" for r, q in paired.items() if q]
             lines.append(f"  {label} batch / own one-thread, paired in each round (median, range): {', '.join(cells)}")
@@ -1010,7 +1005,7 @@ def print_worst(name, worst, nbytes: int, short: Optional[dict], short_bytes: in
             f"  {label:<26} {ctm:>15} {ctk:>14} {_fmt(_ratio(vtm, vtk), 6, 2)} "
             f"{_fmt(rel, 12, 2)} {target:>7} {same:>9}"
         )
-    paired = {label: own_paired(worst.get(("tokenmill", case)), nbytes, short, short_bytes) for case, label in WORST_CASES.items()}
+    paired = {label: round_ratios(worst.get(("tokenmill", case)), nbytes, short, short_bytes) for case, label in WORST_CASES.items()}
     if max(map(len, paired.values()), default=0) > 1:
         print("  tokenmill / its short run, paired in each round (median, range):")
         for label, q in paired.items():
