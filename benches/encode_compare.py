@@ -966,7 +966,7 @@ def print_batch(name, libs, batch, single, nbytes, texts, threads: int, notes: L
         if factors:
             lines.append(f"  {label} batch MB per CPU second / own one-thread's: {', '.join(factors)}")
         paired = {r: round_ratios(batch.get((lib, r)), n, single.get((lib, r)), n) for r, n in nbytes.items()}
-        if max(map(len, paired.values())) > 1:
+        if max(map(len, paired.values()), default=0) > 1:
             cells = [f"{r} {_median_range(q)}" for r, q in paired.items() if q]
             lines.append(f"  {label} batch / own one-thread, paired in each round (median, range): {', '.join(cells)}")
     for line in lines:
