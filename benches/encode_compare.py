@@ -1,6 +1,6 @@
 """Encoding throughput: tokenmill against its peers, all on the same real text, in one run.
 
-The peers: tiktoken, HF tokenizers, fastokens, wordchipper and bpe_openai.
+The peers: tiktoken, HF tokenizers, fastokens, gigatoken, wordchipper and bpe_openai.
 
 Fairness
 --------
@@ -34,8 +34,8 @@ Rows, per encoding (``--encodings``):
   so this is its cache-hit path (and its scanning) alone. It is no fair figure of
   encoding speed: it measures where a library spends its time on a warm stream;
 * one thread, paired: per round, tokenmill's MB/s over each library's in that round (the
-  runs go in the order tokenmill, fastokens, wordchipper, bpe_openai, tiktoken, HF
-  tokenizers, so the nearest peers run right after tokenmill); the median over the rounds
+  runs go in the order tokenmill, fastokens, gigatoken, wordchipper, bpe_openai, tiktoken,
+  HF tokenizers, so the nearest peers run right after tokenmill); the median over the rounds
   and the range. The host's speed drifts over minutes, so each library's best run can come
   from a different spell; runs a few seconds apart mostly share one, which makes these
   ratios the steadier ones on a noisy host (with ``--repeat 1`` they equal the first table's);
@@ -61,7 +61,8 @@ Rows, per encoding (``--encodings``):
   starts a thread per core that spins for a while, taking a core from the pass). Beside each figure, the library's MB/s over
   its own one-thread (lists) MB/s: the share of a pass that goes to making lists. For
   data preparation that writes ids to arrays, and as a ceiling: how far each library
-  gets when Python's lists are taken out;
+  gets when Python's lists are taken out. gigatoken's one-thread run, whose ids are arrays
+  already, is repeated under them as a row of its own, x being tokenmill's arrays over it;
 * worst cases (tokenmill and tiktoken, one call on one document each): 1 MB of one
   repeated letter, of letters and punctuation without whitespace (fixed seed), of digits
   (fixed seed) and of spaces; their MB/s, and tokenmill's over its own short-run MB/s
@@ -97,6 +98,16 @@ tiktoken's cache is skipped):
   settings are left as shipped (its segment cache, for chat traffic, is off unless
   ``FASTOKENS_SEGMENT_CACHE`` is set); what ``segment_cache_stats()`` reports after the
   pass is printed.
+* gigatoken: ``Tokenizer.from_tiktoken(<the cached .tiktoken file>, pretokenizer=<its name
+  for the encoding's split: "gpt2", "gpt4" or "o200k">, special_tokens=<the encoding's>)``;
+  ``encode(text)``, its fastest call for one text, which returns a numpy ``uint32`` array
+  (no Python ints or lists: its one-thread figures compare with tokenmill's arrays of
+  ``--numpy`` as much as with its lists). Its tiktoken-compatible ``as_tiktoken()`` object
+  returns lists but ran several times slower here, and raises ``NotImplementedError`` on
+  text holding a special token's string, where ``encode_ordinary`` encodes it as ordinary
+  text; ``encode`` turns such text into the special token, which the parity column would
+  show. The worker sets ``RAYON_NUM_THREADS=1`` and numpy's BLAS to one thread before
+  importing it (one encode call of a text runs on the calling thread either way).
 * wordchipper: ``Tokenizer.from_pretrained("openai:<name>")``; ``encode(text,
   special_filter=SpecialFilter.include_none())`` (its default filter turns special-token
   text into special tokens). It keeps its vocabulary under
@@ -178,14 +189,19 @@ LIBRARIES: Dict[str, Tuple[str, str, str]] = {
     "tiktoken": ("tiktoken", "tiktoken", "tiktoken"),
     "hf": ("tokenizers", "tokenizers", "HF tokenizers"),
     "fastokens": ("fastokens", "fastokens", "fastokens"),
+    "gigatoken": ("gigatoken", "gigatoken", "gigatoken"),
     "wordchipper": ("wordchipper", "wordchipper", "wordchipper"),
     "bpe_openai": ("bpe_openai", "bpe-openai", "bpe_openai"),
 }
 #: Order of the runs within a round (printing keeps LIBRARIES' order): the nearest peers right
 #: after tokenmill, so that their paired ratios compare runs seconds apart.
-RUN_ORDER = ("tokenmill", "fastokens", "wordchipper", "bpe_openai", "tiktoken", "hf")
+RUN_ORDER = ("tokenmill", "fastokens", "gigatoken", "wordchipper", "bpe_openai", "tiktoken", "hf")
 BATCH_LIBS = ("tokenmill", "tiktoken")
 NUMPY_LIBS = ("tokenmill", "tiktoken")
+#: Peers whose one-thread run already returns numpy arrays: repeated in the arrays table.
+ARRAY_LIBS = ("gigatoken",)
+#: gigatoken's names for the split patterns of tiktoken's encodings.
+GIGATOKEN_PRETOKENIZERS = {"r50k_base": "gpt2", "cl100k_base": "gpt4", "o200k_base": "o200k"}
 WORST_LIBS = ("tokenmill", "tiktoken")
 
 BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -525,6 +541,19 @@ def _build(lib: str, name: str, spec: dict, tmp: str) -> Tuple[Callable[[str], S
 
         tok = fastokens.Tokenizer.from_tiktoken(spec["vocab_file"], encoding=name)
         return (lambda text: tok.encode_ordinary(text).ids), tok, notes
+    if lib == "gigatoken":
+        if name not in GIGATOKEN_PRETOKENIZERS:
+            raise ValueError(f"no gigatoken pretokenizer known for {name}")
+        _one_blas_thread()
+        os.environ["RAYON_NUM_THREADS"] = "1"  # read when its pool is first built
+        import gigatoken
+        import tokenmill
+
+        specials = tokenmill.get_encoding(name)._special_tokens
+        tok = gigatoken.Tokenizer.from_tiktoken(
+            spec["vocab_file"], pretokenizer=GIGATOKEN_PRETOKENIZERS[name], special_tokens=dict(specials)
+        )
+        return tok.encode, tok, notes
     if lib == "wordchipper":
         seeded = Path(tmp, "xdg-cache", "io.crates.wordchipper", "openai", name, f"{name}.tiktoken")
         seeded.parent.mkdir(parents=True)
@@ -560,16 +589,20 @@ def host_steal_seconds() -> Optional[float]:
         return None
 
 
+def _one_blas_thread() -> None:
+    """numpy's BLAS starts a thread per core on import, which spins for a while on a core the
+    timed pass would otherwise have to itself; no BLAS is used here. Call before numpy loads."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
 def worker(spec: dict) -> int:
     lib, name, mode = spec["lib"], spec["encoding"], spec["mode"]
     tmp = spec["tmp"]  # a folder of the parent's, removed by it even if this process is killed
     t0 = time.perf_counter()
     encode, obj, notes = _build(lib, name, spec, tmp)
     if mode == "numpy":
-        # numpy's BLAS starts a thread per core on import, which spins for a while on a core
-        # the timed pass would otherwise have to itself; no BLAS is used here.
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "1")
+        _one_blas_thread()
         import numpy  # noqa: F401  (imported here, untimed: a program that wants arrays has it)
 
         def encode(text: str, _to_numpy=obj.encode_to_numpy) -> Sequence[int]:
@@ -979,6 +1012,19 @@ def print_numpy(name, libs, arrays, single, nbytes, texts, notes: List[str]) -> 
     for lib in NUMPY_LIBS:
         if lib in libs:
             print(_row_against_own(name, lib, arrays, single, nbytes, texts, "numpy", notes))
+    for lib in ARRAY_LIBS:
+        if lib not in libs:
+            continue
+        # Its one-thread run (arrays already; its parity was checked in that table).
+        row = f"  {LIBRARIES[lib][2]:<15}"
+        for r, n in nbytes.items():
+            v = _mbps(single.get((lib, r)), n)
+            row += f" {_fmt(v, 11)} {_fmt(_ratio(_mbps(arrays.get(('tokenmill', r)), n), v), 6, 2)}"
+        print(f"{row} {'':>9}  (its one-thread run: arrays already)")
+        paired = {r: round_ratios(arrays.get(("tokenmill", r)), n, single.get((lib, r)), n) for r, n in nbytes.items()}
+        if max(map(len, paired.values()), default=0) > 1:
+            cells = [f"{r} {_median_range(q)}" for r, q in paired.items() if q]
+            print(f"  tokenmill arrays / {LIBRARIES[lib][2]}, paired in each round (median, range): {', '.join(cells)}")
 
 
 def print_worst(name, worst, nbytes: int, short: Optional[dict], short_bytes: int, notes: List[str]) -> None:
