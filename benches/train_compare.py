@@ -1,5 +1,5 @@
-"""Training time and memory: tokenmill against rustbpe and HuggingFace tokenizers, on the
-same real text and the same split pattern, in one run.
+"""Training time and memory: tokenmill against rustbpe, HuggingFace tokenizers and gigatoken,
+on the same real text and the same split pattern, in one run.
 
 Every (library, size, vocabulary) run happens in a fresh Python process (this script
 re-invoked with a hidden ``--worker`` flag), so that the peak RSS belongs to that library
@@ -17,11 +17,17 @@ slower or bigger than tokenmill. tokenmill's and rustbpe's merges are compared t
 (they should be identical: same counts, same tie-breaking); HuggingFace breaks ties
 differently, so for it the share of tokenmill's learned tokens it learned too is shown.
 
-The same pattern is used by all three: nanochat's (``tokenmill.patterns.NANOCHAT_PATTERN``)
+The same pattern is used by all of them: nanochat's (``tokenmill.patterns.NANOCHAT_PATTERN``)
 unless ``--pattern`` gives another (a name from ``tokenmill.patterns.NAMED_PATTERNS`` or a
 regex). HF gets it as ``Split(Regex(pattern), behavior="isolated")`` followed by
 ``ByteLevel(add_prefix_space=False, use_regex=False)``, with ``ByteLevel.alphabet()`` as the
-initial alphabet so that its 256 base tokens are the bytes, as for the other two.
+initial alphabet so that its 256 base tokens are the bytes, as for the others.
+gigatoken's ``train_bpe`` splits with GPT-2's pattern only, so it runs only with ``--pattern
+gpt2`` (and is skipped with a note otherwise). It takes one ``bytes`` object in which
+``<|endoftext|>`` separates the documents: the worker joins the texts so before the
+baseline is taken (that copy is input, not training's memory; a document that contains
+that string is split there). It breaks ties as HuggingFace does, so for it too the share of
+tokenmill's learned tokens is shown. What it prints while training is discarded.
 
 Text (no download; deterministic for a given machine and environment), taken in this order
 until the requested number of bytes (1 MB = 10**6 bytes of UTF-8) is reached, one file per
@@ -41,7 +47,7 @@ uses what there is; the MB actually used, and where they came from, are printed.
 
 Usage:
     python benches/train_compare.py [--sizes 10 100] [--vocab 4096 32768]
-        [--libs tokenmill rustbpe hf] [--pattern nanochat] [--threads N]
+        [--libs tokenmill rustbpe hf gigatoken] [--pattern nanochat] [--threads N]
     python benches/train_compare.py --sizes 2 --vocab 1024      # a quick smoke run
 
 Thread count: by default each library uses all cores; ``--threads N`` passes ``threads=N``
@@ -76,7 +82,12 @@ LIBRARIES: Dict[str, Tuple[str, str, str]] = {
     "tokenmill": ("tokenmill", "tokenmill", "tokenmill"),
     "rustbpe": ("rustbpe", "rustbpe", "rustbpe"),
     "hf": ("tokenizers", "tokenizers", "hf tokenizers"),
+    "gigatoken": ("gigatoken", "gigatoken", "gigatoken"),
 }
+#: The pattern name gigatoken's trainer splits with (the only one it has).
+GIGATOKEN_PATTERN = "gpt2"
+#: What gigatoken's trainer takes as the boundary between documents.
+GIGATOKEN_SEPARATOR = "<|endoftext|>"
 
 SITE_SUFFIXES = (".py", ".pyi", ".txt", ".md", ".rst")
 DOC_ROOTS = ("/usr/share/doc", "/usr/share/man")
@@ -267,10 +278,36 @@ def worker(spec: dict) -> int:
             by_id = sorted(t.get_vocab().items(), key=lambda kv: kv[1])
             return [bytes(decode[c] for c in s) for s, _ in by_id]
 
+    elif lib == "gigatoken":
+        import gigatoken
+
+        def train():
+            # Its Rust code prints progress on the process's own streams: silenced at the
+            # file-descriptor level for the call.
+            saved = [os.dup(1), os.dup(2)]
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+                return gigatoken.train_bpe(joined, vocab, [])
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                for fd in saved + [devnull]:
+                    os.close(fd)
+
+        def tokens_of(result) -> List[bytes]:
+            by_id = result[0]
+            if sorted(by_id) != list(range(len(by_id))):
+                raise RuntimeError("gigatoken's ids are not 0..n-1")
+            return [by_id[i] for i in range(len(by_id))]
+
     else:
         raise ValueError(f"unknown library {lib!r}")
 
     texts, info = load_texts(int(spec["mb"] * 1e6))
+    if lib == "gigatoken":
+        joined = GIGATOKEN_SEPARATOR.encode().join(t.encode("utf-8") for t in texts)
     gc.collect()
     baseline = current_rss_kib()
     peak_before = peak_rss_kib()
@@ -354,6 +391,9 @@ def main() -> int:
     for lib in missing:
         print(f"note: {LIBRARIES[lib][2]} is not installed (no module {LIBRARIES[lib][0]!r}); skipped")
     libs = [lib for lib in libs if lib not in missing]
+    if "gigatoken" in libs and pattern != resolve_pattern(GIGATOKEN_PATTERN):
+        print(f"note: gigatoken skipped: its trainer splits with GPT-2's pattern only (--pattern {GIGATOKEN_PATTERN})")
+        libs.remove("gigatoken")
     if not libs:
         print("nothing to run")
         return 1
