@@ -10,8 +10,10 @@ the operating system's page cache after the first round, as it is for any repeat
   usually loaded: ``get_encoding(name)`` for tokenmill, tiktoken and bpe_openai (whose
   vocabularies ship inside the package), ``Tokenizer.from_tiktoken(file)`` for fastokens,
   ``Tokenizer.from_pretrained("openai:<name>")`` for wordchipper (from a cache seeded with
-  the same file), and ``Tokenizer.from_file(tokenizer.json)`` for HF tokenizers (the file
-  written beforehand by ``tokenmill.huggingface.save_tokenizer_json``);
+  the same file), ``Tokenizer.from_tiktoken(file, pretokenizer=...)`` for gigatoken (whose
+  ``encode`` returns a numpy array, made a list here), and
+  ``Tokenizer.from_file(tokenizer.json)`` for HF tokenizers (the file written beforehand by
+  ``tokenmill.huggingface.save_tokenizer_json``);
 * ``first``: the first call, ``encode_ordinary`` of a short English sentence (a library
   may build tables lazily);
 * ``total``: the three together.
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from encode_compare import LIBRARIES, RUN_ORDER, cached_vocab_file
+from encode_compare import GIGATOKEN_PRETOKENIZERS, LIBRARIES, RUN_ORDER, _one_blas_thread, cached_vocab_file
 from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
@@ -58,6 +60,16 @@ def _loader(lib: str, name: str, spec: dict) -> Tuple[Callable[[], object], Call
             return lambda text: tok.encode_ordinary(text).ids
 
         return (lambda: __import__("fastokens")), fastokens_encoder
+    if lib == "gigatoken":
+        _one_blas_thread()
+        os.environ["RAYON_NUM_THREADS"] = "1"
+
+        def gigatoken_encoder(m):
+            tok = m.Tokenizer.from_tiktoken(spec["vocab_file"], pretokenizer=GIGATOKEN_PRETOKENIZERS[name],
+                                            special_tokens=spec["specials"])
+            return lambda text: tok.encode(text).tolist()
+
+        return (lambda: __import__("gigatoken")), gigatoken_encoder
     if lib == "wordchipper":
         seeded = Path(spec["tmp"], "xdg-cache", "io.crates.wordchipper", "openai", name, f"{name}.tiktoken")
         seeded.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +121,8 @@ def main() -> int:
             vocab_file = cached_vocab_file(name)
             if vocab_file is None:
                 continue
-            spec_base = {"encoding": name, "vocab_file": vocab_file, "tmp": tmp}
+            specials = dict(tokenmill.get_encoding(name)._special_tokens)
+            spec_base = {"encoding": name, "vocab_file": vocab_file, "tmp": tmp, "specials": specials}
             if "hf" in libs:
                 from tokenmill.huggingface import save_tokenizer_json
 

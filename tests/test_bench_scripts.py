@@ -1,0 +1,49 @@
+"""The scripts in ``benches/`` are no tests, but they must keep running: each answers
+``--help``, and each one that dispatches on a library knows every library the others list.
+(The figures themselves come from running the scripts, never from here.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+BENCHES = Path(__file__).resolve().parent.parent / "benches"
+# The scripts, not the modules they share (text_files.py, fresh_process.py, ...).
+SCRIPTS = sorted(p.name for p in BENCHES.glob("*.py") if 'if __name__ == "__main__":' in p.read_text(encoding="utf-8"))
+
+
+def test_the_bench_scripts_are_found():
+    assert {"encode_compare.py", "load_compare.py", "train_compare.py"} <= set(SCRIPTS)
+    assert "text_files.py" not in SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_answers_help(script: str) -> None:
+    done = subprocess.run([sys.executable, str(BENCHES / script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+def test_load_compare_has_a_loader_for_every_library_it_offers(tmp_path: Path) -> None:
+    # In a child process: some loaders set environment variables for the worker they run in.
+    vocab = tmp_path / "vocab.tiktoken"
+    vocab.write_text("")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(BENCHES)!r})
+        import load_compare
+        spec = {{"vocab_file": {str(vocab)!r}, "tmp": {str(tmp_path)!r}, "specials": {{}}}}
+        for lib in load_compare.RUN_ORDER:
+            load, build = load_compare._loader(lib, "cl100k_base", spec)
+            assert callable(load) and callable(build), lib
+        print(len(load_compare.RUN_ORDER))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 2
