@@ -107,7 +107,10 @@ tiktoken's cache is skipped):
   text holding a special token's string, where ``encode_ordinary`` encodes it as ordinary
   text; ``encode`` turns such text into the special token, which the parity column would
   show. The worker sets ``RAYON_NUM_THREADS=1`` and numpy's BLAS to one thread before
-  importing it (one encode call of a text runs on the calling thread either way).
+  importing it (one encode call of a text runs on the calling thread either way), and
+  imports numpy before the timed pass, as for ``--numpy``: gigatoken imports it on its
+  first ``encode`` otherwise (0.12-0.16 s here; ``load_compare.py`` shows it as that
+  call's time).
 * wordchipper: ``Tokenizer.from_pretrained("openai:<name>")``; ``encode(text,
   special_filter=SpecialFilter.include_none())`` (its default filter turns special-token
   text into special tokens). It keeps its vocabulary under
@@ -601,9 +604,13 @@ def worker(spec: dict) -> int:
     tmp = spec["tmp"]  # a folder of the parent's, removed by it even if this process is killed
     t0 = time.perf_counter()
     encode, obj, notes = _build(lib, name, spec, tmp)
-    if mode == "numpy":
+    if mode == "numpy" or lib in ARRAY_LIBS:
+        # Imported here, untimed: a program that wants arrays has numpy loaded already.
+        # tokenmill's encode_to_numpy and gigatoken's encode both import it on their first
+        # call otherwise: 0.12-0.16 s here, about as long as gigatoken's whole short run.
         _one_blas_thread()
-        import numpy  # noqa: F401  (imported here, untimed: a program that wants arrays has it)
+        import numpy  # noqa: F401
+    if mode == "numpy":
 
         def encode(text: str, _to_numpy=obj.encode_to_numpy) -> Sequence[int]:
             return _to_numpy(text, disallowed_special=())

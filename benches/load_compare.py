@@ -11,7 +11,7 @@ the operating system's page cache after the first round, as it is for any repeat
   vocabularies ship inside the package), ``Tokenizer.from_tiktoken(file)`` for fastokens,
   ``Tokenizer.from_pretrained("openai:<name>")`` for wordchipper (from a cache seeded with
   the same file), ``Tokenizer.from_tiktoken(file, pretokenizer=...)`` for gigatoken (whose
-  ``encode`` returns a numpy array, made a list here), and
+  ``encode`` returns a numpy array, made a list here; its first call imports numpy), and
   ``Tokenizer.from_file(tokenizer.json)`` for HF tokenizers (the file written beforehand by
   ``tokenmill.huggingface.save_tokenizer_json``);
 * ``first``: the first call, ``encode_ordinary`` of a short English sentence (a library
