@@ -545,17 +545,11 @@ def _build(lib: str, name: str, spec: dict, tmp: str) -> Tuple[Callable[[str], S
         tok = fastokens.Tokenizer.from_tiktoken(spec["vocab_file"], encoding=name)
         return (lambda text: tok.encode_ordinary(text).ids), tok, notes
     if lib == "gigatoken":
-        if name not in GIGATOKEN_PRETOKENIZERS:
-            raise ValueError(f"no gigatoken pretokenizer known for {name}")
-        _one_blas_thread()
-        os.environ["RAYON_NUM_THREADS"] = "1"  # read when its pool is first built
+        gigatoken_setup()
         import gigatoken
         import tokenmill
 
-        specials = tokenmill.get_encoding(name)._special_tokens
-        tok = gigatoken.Tokenizer.from_tiktoken(
-            spec["vocab_file"], pretokenizer=GIGATOKEN_PRETOKENIZERS[name], special_tokens=dict(specials)
-        )
+        tok = gigatoken_tokenizer(gigatoken, name, spec["vocab_file"], tokenmill.get_encoding(name)._special_tokens)
         return tok.encode, tok, notes
     if lib == "wordchipper":
         seeded = Path(tmp, "xdg-cache", "io.crates.wordchipper", "openai", name, f"{name}.tiktoken")
@@ -597,6 +591,20 @@ def _one_blas_thread() -> None:
     timed pass would otherwise have to itself; no BLAS is used here. Call before numpy loads."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+
+def gigatoken_setup() -> None:
+    """Call before gigatoken loads: its thread pool and numpy's BLAS on one thread each (one
+    encode call of a text runs on the calling thread either way)."""
+    _one_blas_thread()
+    os.environ["RAYON_NUM_THREADS"] = "1"  # read when its pool is first built
+
+
+def gigatoken_tokenizer(gigatoken, name: str, vocab_file: str, specials: Dict[str, int]):
+    """gigatoken's tokenizer for tiktoken's encoding ``name`` from its cached file."""
+    if name not in GIGATOKEN_PRETOKENIZERS:
+        raise ValueError(f"no gigatoken pretokenizer known for {name}")
+    return gigatoken.Tokenizer.from_tiktoken(vocab_file, pretokenizer=GIGATOKEN_PRETOKENIZERS[name], special_tokens=dict(specials))
 
 
 def worker(spec: dict) -> int:

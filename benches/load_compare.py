@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from encode_compare import GIGATOKEN_PRETOKENIZERS, LIBRARIES, RUN_ORDER, _one_blas_thread, cached_vocab_file
+from encode_compare import LIBRARIES, RUN_ORDER, cached_vocab_file, gigatoken_setup, gigatoken_tokenizer
 from fresh_process import parse_or_work, run_fresh
 from machine_info import header_lines
 
@@ -61,12 +61,10 @@ def _loader(lib: str, name: str, spec: dict) -> Tuple[Callable[[], object], Call
 
         return (lambda: __import__("fastokens")), fastokens_encoder
     if lib == "gigatoken":
-        _one_blas_thread()
-        os.environ["RAYON_NUM_THREADS"] = "1"
+        gigatoken_setup()
 
         def gigatoken_encoder(m):
-            tok = m.Tokenizer.from_tiktoken(spec["vocab_file"], pretokenizer=GIGATOKEN_PRETOKENIZERS[name],
-                                            special_tokens=spec["specials"])
+            tok = gigatoken_tokenizer(m, name, spec["vocab_file"], spec["specials"])
             return lambda text: tok.encode(text).tolist()
 
         return (lambda: __import__("gigatoken")), gigatoken_encoder
