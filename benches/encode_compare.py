@@ -17,6 +17,11 @@ there, and is named under the table), the number of tokens, and SHA-256 digests 
 (per document, and of all documents: each document's length and ids as little-endian
 uint32). A library's ids are "the same" when its digest equals tiktoken's for that text.
 
+Every one-thread worker runs pinned to one CPU (the same CPU for every library; batch
+workers are never pinned): a process free to move between CPUs leaves its caches behind at
+each move, and on a 2-core VM that made one-thread figures both lower and far noisier
+(``cpu_pinning.py`` gives the figures). ``--no-pin`` lets them move.
+
 Rows, per encoding (``--encodings``):
 
 * one thread: every installed library, a short cold run (``--short-mb``, default 4.5 MB)
@@ -162,6 +167,7 @@ Usage:
 
 from __future__ import annotations
 
+from cpu_pinning import describe, one_cpu, pin
 from machine_info import header_lines
 from text_files import files_under
 
@@ -609,6 +615,7 @@ def gigatoken_tokenizer(gigatoken, name: str, vocab_file: str, specials: Dict[st
 
 def worker(spec: dict) -> int:
     lib, name, mode = spec["lib"], spec["encoding"], spec["mode"]
+    pin(spec.get("cpu"))  # before any library starts a thread
     tmp = spec["tmp"]  # a folder of the parent's, removed by it even if this process is killed
     t0 = time.perf_counter()
     encode, obj, notes = _build(lib, name, spec, tmp)
@@ -699,8 +706,9 @@ def _last_line(log: str) -> str:
 class Runner:
     """Runs measurements (best of ``repeat`` fresh processes) and remembers problems."""
 
-    def __init__(self, env: Dict[str, str], repeat: int, timeout: float, tmp: str, total: int):
+    def __init__(self, env: Dict[str, str], repeat: int, timeout: float, tmp: str, total: int, cpu: Optional[int] = None):
         self.env, self.repeat, self.timeout, self.tmp = env, repeat, timeout, tmp
+        self.cpu = cpu  # where the one-thread runs are pinned (``cpu_pinning.one_cpu``)
         self.total, self.count = total, 0
         self.notes: List[str] = []
         self.failed: Dict[Tuple[str, str], str] = {}  # (lib, encoding) -> why; later runs skipped
@@ -750,6 +758,7 @@ class Runner:
         self.count += 1
         spec = dict(spec, out=os.path.join(self.tmp, f"out-{self.count}.json"))
         spec["tmp"] = os.path.join(self.tmp, f"worker-{self.count}")
+        spec["cpu"] = None if spec["mode"] == "batch" else self.cpu
         os.mkdir(spec["tmp"])
         res, log = run_worker(spec, self.env, self.timeout)
         if res is None:
@@ -1100,6 +1109,7 @@ def main() -> int:
         action="store_true",
         help="also time tokenmill's and tiktoken's encode_to_numpy (ids as arrays, no lists) on the short and long slices",
     )
+    ap.add_argument("--no-pin", action="store_true", help="let one-thread runs move between CPUs (default: pinned to one)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -1159,6 +1169,8 @@ def main() -> int:
         f"each figure: one fresh process per (library, encoding, regime, mode), best of {args.repeat} (in rounds); "
         f"one encode call per document; MB = 10**6 bytes of UTF-8; x = tokenmill MB/s / library MB/s"
     )
+    cpu = one_cpu(not args.no_pin)
+    print(describe(cpu))
     if "fastokens" in libs:
         print(
             "fastokens: its own thread pool for long texts, as shipped (--fastokens-pool)"
@@ -1199,7 +1211,7 @@ def main() -> int:
             doc_files[case] = os.path.join(tmp, f"worst-{case}.json")
             Path(doc_files[case]).write_text(json.dumps([worst_text(case, worst_bytes)]), encoding="utf-8")
 
-        runner = Runner(env, args.repeat, args.timeout, tmp, total_runs)
+        runner = Runner(env, args.repeat, args.timeout, tmp, total_runs, cpu)
         for name in encodings:
             base = {"encoding": name, "vocab_file": vocab_files[name], "threads": threads, "fastokens_pool": args.fastokens_pool}
 

@@ -35,6 +35,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import encode_compare as ec  # noqa: E402
+from cpu_pinning import describe, one_cpu  # noqa: E402
 
 
 def new_pieces(split: Callable[[str], List[str]], ranks, short_docs, long_docs, kind: str = "all") -> Iterator[Tuple[str, bytes]]:
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--long-mb", type=float, default=20.0, help="MB of text the pieces come from (default 20)")
     ap.add_argument("--min-bytes", type=int, default=5, help="shortest piece kept (default 5 bytes)")
     ap.add_argument("--repeat", type=int, default=3, help="fresh-process runs per figure; the best is kept")
+    ap.add_argument("--no-pin", action="store_true", help="let the runs move between CPUs (default: pinned to one)")
     ap.add_argument("--libs", nargs="+", default=["tokenmill", "fastokens", "wordchipper", "bpe_openai", "tiktoken"], choices=list(ec.LIBRARIES))
     ap.add_argument("--timeout", type=float, default=300.0)
     args = ap.parse_args()
@@ -101,6 +103,8 @@ def main() -> int:
         return 1
     if "fastokens" in libs:
         print("fastokens: FASTOKENS_BPE_THREADS=1, every call on the calling thread")
+    cpu = one_cpu(not args.no_pin)
+    print(describe(cpu))
     env = dict(os.environ, TOKENMILL_OFFLINE="1", HF_HUB_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="first_seen-") as tmp:
         for name in args.encodings:
@@ -125,7 +129,7 @@ def main() -> int:
             # One encode call per document on the calling thread ("threads" is for batches).
             base = {"encoding": name, "vocab_file": path, "threads": 1, "fastokens_pool": False}
             items = [((lib,), dict(base, lib=lib, mode="single", docs=doc_file, warmup=warmup_file, bytes=nbytes), f"{name} {lib}") for lib in libs]
-            runner = ec.Runner(env, args.repeat, args.timeout, work, len(items) * args.repeat)
+            runner = ec.Runner(env, args.repeat, args.timeout, work, len(items) * args.repeat, cpu)
             got: Dict[tuple, dict] = runner.measure_rounds(items)
             ref = got.get(("tiktoken",))
             tm = got[("tokenmill",)]

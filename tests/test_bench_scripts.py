@@ -47,3 +47,32 @@ def test_load_compare_has_a_loader_for_every_library_it_offers(tmp_path: Path) -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) >= 2
+
+
+def test_one_thread_runs_are_pinned_to_one_cpu_and_batches_never(tmp_path: Path) -> None:
+    # In a child process: pinning is for the whole process.
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(BENCHES)!r})
+        import encode_compare as ec
+        from cpu_pinning import one_cpu, pin
+        allowed = sorted(os.sched_getaffinity(0))
+        cpu = one_cpu()
+        assert one_cpu(False) is None
+        assert cpu == (allowed[-1] if len(allowed) > 1 else None), (cpu, allowed)
+        # What the runner hands each worker: a CPU for one-thread modes, none for batches.
+        seen = []
+        ec.run_worker = lambda spec, env, timeout: (seen.append(spec) or None, "boom")
+        runner = ec.Runner({{}}, 1, 1.0, {str(tmp_path)!r}, 2, cpu=7)
+        for mode in ("single", "batch", "numpy", "worst"):
+            runner._run_once({{"lib": "tokenmill", "encoding": "cl100k_base", "mode": mode, "bytes": 1}}, mode)
+        assert [s["cpu"] for s in seen] == [7, None, 7, 7], seen
+        pin(cpu)
+        assert sorted(os.sched_getaffinity(0)) == ([cpu] if cpu is not None else allowed)
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
