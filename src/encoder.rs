@@ -25,9 +25,18 @@ pub struct Encoder {
     pattern: String,
 }
 
-/// How many pieces ahead of the one being encoded the scanner runs, so that their
-/// first-level slots can be prefetched (see [`Encoder::encode_pieces`]).
-const PREFETCH_AHEAD: usize = 16;
+/// How many pieces the scanner finds, keys and prefetches before any of them is probed
+/// (see [`Encoder::encode_pieces`]).
+const SCAN_CHUNK: usize = 128;
+
+/// A piece found by the scanner: its first-level key (0 for none) and that key's slot.
+#[derive(Clone, Copy, Default)]
+struct Scanned {
+    key: u128,
+    start: usize,
+    end: usize,
+    slot: usize,
+}
 
 /// The first-level key of the piece `text[start..end]` where the piece is short and the
 /// text goes on for 16 bytes from its start: one load and a mask, with no branch on the
@@ -82,110 +91,88 @@ impl Encoder {
         // work is inlined into this loop (through a closure it stayed a call per piece once
         // the bit-parallel windows joined the scanner's loop).
         //
-        // The scanner runs PREFETCH_AHEAD pieces ahead of the encoding. Each span it finds
-        // goes into a ring with its first-level key (0 for a piece that gets no key here:
-        // one longer than INLINE_MAX, or within 16 bytes of the text's end) and that key's
-        // slot, and the processor is asked to bring the slot into its caches; the piece is
-        // encoded when it leaves the ring. Most pieces are answered by that one probe, and
-        // the first level (2 MiB) is larger than a core's L2 cache, so before this each
-        // probe waited for memory in turn. From Python, lists kept, the warm pass 1.14x
-        // (cl100k) and 1.09x (o200k), 12 alternating pairs each; 1 MB without whitespace
-        // (where the caches are soon skipped, and the rest goes without the ring) 1.01x and
-        // 1.03x. The same ring written as an iterator adapter measured 1.0x: the loop must
-        // stay flat. Hashing the key again for the probe cost 4% more instructions
-        // (cachegrind) and 0.97x on the warm pass (Rust harness, 10 alternating pairs).
+        // The pieces go in chunks of SCAN_CHUNK, in two tight loops. The first runs the
+        // scanner over a chunk: each span it finds is stored with its first-level key (0
+        // for a piece that gets no key here: one longer than INLINE_MAX, or within 16
+        // bytes of the text's end) and that key's slot, and the processor is asked to
+        // bring the slot into its caches. The second probes the slots in turn: most pieces
+        // are answered by that one probe, and the first level (2 MiB) is larger than a
+        // core's L2 cache, so without the prefetch each probe waited for memory in turn
+        // (the prefetch made the warm pass 1.09-1.14x from Python). Hashing the key again
+        // for the probe cost 4% more instructions (cachegrind) and 0.97x on the warm pass.
+        //
+        // The two were once one loop, the scanner running 16 pieces ahead of the
+        // probes through a ring. Split, each loop keeps its own state in registers: on the
+        // warm pass 9% fewer instructions and 8% fewer mispredicted branches (cachegrind,
+        // o200k), and 1.02-1.08x from Python in every column of the encoding benchmark
+        // (`ab_builds.py`, pinned to one CPU, 12 rounds each; 1 MB without whitespace,
+        // where the caches are soon skipped, 0.99x and 1.01x). Chunks of 64 and 128
+        // pieces measured alike, 32 a little slower.
         //
         // A hit touches nothing in memory but the slot and the ids: its ids go straight
-        // into room reserved for a block of PREFETCH_AHEAD pieces, at a length kept in a
-        // register, and its count into a local tally; `out` and `cache.usage` are brought
-        // up to date at the end of each block and before a miss. That took 4% of the warm
-        // pass's instructions away (cachegrind) and made it 1.03x (Rust harness, 8
-        // alternating pairs each, cl100k and o200k), 1.02-1.03x from Python.
+        // into room reserved for the chunk, at a length kept in a register, and its count
+        // into a local tally; `out` and `cache.usage` are brought up to date at the end of
+        // the chunk and before a miss, which goes out of line (`encode_chunk_miss`).
         if let Splitter::Scan(scanner) = &self.splitter {
             let b = text.as_bytes();
             let mut spans = scanner.spans(text);
-            let mut ring = [(0usize, 0usize, 0u128); PREFETCH_AHEAD];
-            let mut places = [0usize; PREFETCH_AHEAD];
-            let (mut taken, mut encoded) = (0usize, 0usize);
-            // First-level hits of pieces of more than three bytes not yet counted in
-            // `cache.usage`.
-            let mut hits = 0u32;
+            let mut chunk = [Scanned::default(); SCAN_CHUNK];
             if cache.usage.probing() {
-                // A hit writes its slot's MAX_TOKENS places at `len` and advances it by its
-                // count.
-                const ROOM: usize = MAX_TOKENS * PREFETCH_AHEAD;
-                // `out`'s buffer and length, after making room for ROOM more ids.
-                let room = |out: &mut Vec<Rank>| {
-                    out.reserve(ROOM);
-                    (out.as_mut_ptr(), out.len())
-                };
-                let (mut ids, mut len) = room(out);
-                // (Where the room reserved last ends: checked in debug builds only.)
-                let mut reserved_to = len + ROOM;
                 loop {
-                    while taken - encoded < PREFETCH_AHEAD {
+                    // Scan, key and prefetch a chunk of pieces.
+                    let mut taken = 0;
+                    while taken < SCAN_CHUNK {
                         let Some((start, end)) = spans.next() else { break };
                         let key = piece_key(b, start, end);
-                        let i = SharedPieces::index(key);
-                        self.pieces.prefetch(i);
-                        ring[taken % PREFETCH_AHEAD] = (start, end, key);
-                        places[taken % PREFETCH_AHEAD] = i;
+                        let slot = SharedPieces::index(key);
+                        self.pieces.prefetch(slot);
+                        chunk[taken] = Scanned { key, start, end, slot };
                         taken += 1;
                     }
-                    if encoded == taken {
+                    // Probe and encode them.
+                    out.reserve(MAX_TOKENS * taken);
+                    let (mut ids, mut len) = (out.as_mut_ptr(), out.len());
+                    // First-level hits of pieces of more than three bytes, for `cache.usage`.
+                    let mut hits = 0u32;
+                    let mut encoded = 0;
+                    while encoded < taken {
+                        let p = chunk[encoded];
+                        encoded += 1;
+                        match (p.key != 0).then(|| self.pieces.get_at(p.slot, p.key)).flatten() {
+                            Some((tokens, count)) => {
+                                // SAFETY: `ids` is `out`'s buffer, with room for MAX_TOKENS
+                                // ids per piece of the chunk not encoded before the last
+                                // reserve, and `len` advanced by at most MAX_TOKENS a piece
+                                // since.
+                                unsafe { ids.add(len).cast::<[Rank; MAX_TOKENS]>().write_unaligned(tokens) };
+                                len += count;
+                                hits += (p.end - p.start > 3) as u32;
+                                last = count;
+                            }
+                            None => {
+                                // SAFETY: the ids below `len` are written.
+                                unsafe { out.set_len(len) };
+                                cache.usage.count_hits(std::mem::take(&mut hits));
+                                last = self.encode_chunk_miss(&b[p.start..p.end], p.key, out, scratch, cache)?;
+                                spill.after_piece(out);
+                                out.reserve(MAX_TOKENS * (taken - encoded));
+                                (ids, len) = (out.as_mut_ptr(), out.len());
+                            }
+                        }
+                    }
+                    // SAFETY: the ids below `len` are written.
+                    unsafe { out.set_len(len) };
+                    spill.after_piece(out);
+                    cache.usage.count_hits(hits);
+                    if taken < SCAN_CHUNK || !cache.usage.probing() {
                         break;
                     }
-                    let (start, end, key) = ring[encoded % PREFETCH_AHEAD];
-                    let i = places[encoded % PREFETCH_AHEAD];
-                    encoded += 1;
-                    match (key != 0).then(|| self.pieces.get_at(i, key)).flatten() {
-                        Some((tokens, count)) => {
-                            // SAFETY: `ids` is `out`'s buffer, with room for ROOM ids past
-                            // the length it had when it was last reserved; since then at
-                            // most PREFETCH_AHEAD - 1 hits advanced `len`, by at most
-                            // MAX_TOKENS each, so these MAX_TOKENS places are inside it.
-                            debug_assert!(len + MAX_TOKENS <= reserved_to);
-                            unsafe { ids.add(len).cast::<[Rank; MAX_TOKENS]>().write_unaligned(tokens) };
-                            len += count;
-                            hits += (end - start > 3) as u32;
-                            last = count;
-                        }
-                        None => {
-                            // SAFETY: the ids below `len` are written.
-                            unsafe { out.set_len(len) };
-                            cache.usage.count_hits(std::mem::take(&mut hits));
-                            let bytes = &b[start..end];
-                            last = if key != 0 {
-                                self.encode_short_missed(bytes, key, out, scratch, cache)?
-                            } else {
-                                self.encode_piece(bytes, out, scratch, cache)?
-                            };
-                            spill.after_piece(out);
-                            (ids, len) = room(out);
-                            reserved_to = len + ROOM;
-                        }
-                    }
-                    if encoded % PREFETCH_AHEAD == 0 {
-                        // SAFETY: the ids below `len` are written.
-                        unsafe { out.set_len(len) };
-                        spill.after_piece(out);
-                        (ids, len) = room(out);
-                        reserved_to = len + ROOM;
-                        cache.usage.count_hits(std::mem::take(&mut hits));
-                        if !cache.usage.probing() {
-                            break;
-                        }
-                    }
                 }
-                // SAFETY: the ids below `len` are written.
-                unsafe { out.set_len(len) };
-                spill.after_piece(out);
-                cache.usage.count_hits(hits);
             }
-            if encoded < taken || !spans.is_done() {
+            if !spans.is_done() {
                 // The caches are skipped (text whose pieces do not repeat), from the start
-                // or from some piece on: the rest goes without the ring.
-                last = self.encode_unprefetched(b, &ring[..], taken, encoded, spans, out, scratch, cache, spill)?.unwrap_or(last);
+                // or from some chunk on: the rest goes without prefetching.
+                last = self.encode_unprefetched(b, spans, out, scratch, cache, spill)?.unwrap_or(last);
             }
         } else {
             self.splitter.for_each_piece(text, |piece| {
@@ -198,26 +185,25 @@ impl Encoder {
     }
 
     /// The rest of [`Encoder::encode_pieces`]' work once the caches are skipped: the pieces
-    /// still in the ring (`ring[encoded..taken]`, modulo its size), then those the scanner
-    /// has not yet found, one at a time. Prefetching slots that are not probed only costs
-    /// (text without whitespace, 1 MB in one call: 0.93x with the ring kept). Out of line,
-    /// so that the loop of the common case keeps its one inlined piece encoder. Returns the
+    /// the scanner has not yet found, one at a time. Prefetching slots that are not probed
+    /// only costs (text without whitespace, 1 MB in one call: 0.93x with the prefetching
+    /// kept). Out of line, so that the loops of the common case stay small. Returns the
     /// last piece's token count, `None` if there was no piece left.
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn encode_unprefetched<S: Spill>(&self, b: &[u8], ring: &[(usize, usize, u128)], taken: usize, mut encoded: usize, spans: Spans<'_, '_>, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache, spill: &mut S) -> Result<Option<usize>> {
+    fn encode_unprefetched<S: Spill>(&self, b: &[u8], spans: Spans<'_, '_>, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache, spill: &mut S) -> Result<Option<usize>> {
         let mut last = None;
-        while encoded < taken {
-            let (start, end, key) = ring[encoded % ring.len()];
-            encoded += 1;
-            last = Some(self.encode_keyed(&b[start..end], key, out, scratch, cache)?);
-            spill.after_piece(out);
-        }
         for (start, end) in spans {
             last = Some(self.encode_keyed(&b[start..end], piece_key(b, start, end), out, scratch, cache)?);
             spill.after_piece(out);
         }
         Ok(last)
+    }
+
+    /// A piece of a chunk that the first level did not answer (or that has no key there):
+    /// out of line, so that the loop over the hits stays small. Returns its token count.
+    #[inline(never)]
+    fn encode_chunk_miss(&self, bytes: &[u8], key: u128, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
+        self.encode_keyed(bytes, key, out, scratch, cache)
     }
 
     /// Appends the tokens of one piece given with its [`piece_key`]; returns how many
@@ -575,7 +561,7 @@ impl Encoder {
 }
 
 /// What the encoding loop does with its output between pieces (after each piece, or in
-/// the lookahead ring after each block of pieces and each miss): [`Keep`] leaves it all
+/// the chunked loop after each chunk of pieces and each miss): [`Keep`] leaves it all
 /// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered.
 trait Spill {
     fn after_piece(&mut self, out: &mut Vec<Rank>);
@@ -753,8 +739,8 @@ mod tests {
     fn cached_and_fresh_pieces_in_one_text_give_each_piece_its_own_tokens() {
         // Repeated words (answered by the first level once seen), new words (merged), words
         // of more than three tokens and of more than 15 bytes (the second level), in long
-        // texts that go through the encoder's lookahead ring: the ids must be those of each
-        // piece encoded on its own, with every drain size.
+        // texts that go through the encoder's chunks of pieces: the ids must be those of
+        // each piece encoded on its own, with every drain size.
         let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
         let mut ranks = byte_vocab();
         for (k, t) in [" hello", " world", "wor", "ld", " he", "llo", " the", "ing", " st"].iter().enumerate() {
@@ -775,9 +761,9 @@ mod tests {
             text.push(' ');
             text.push_str(&fresh);
             if n % 97 == 0 {
-                // A run of pieces of three tokens each: a block of hits that fills the
-                // room the ring reserves for it.
-                text.push_str(&"!xy".repeat(40));
+                // A run of pieces of three tokens each: chunks of hits that fill the
+                // room reserved for them.
+                text.push_str(&"!xy".repeat(3 * SCAN_CHUNK));
                 text.push_str(" w\u{e9}rld\n\n");
             }
         }
