@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from parity_utils import assert_same_outcome
@@ -66,10 +66,12 @@ def test_hyp_batch_counts(encs, texts, at, num_threads):
 
 
 @given(texts=st.lists(valid_text, max_size=8))
+@example(texts=["fine", "<|endoftext|>"])
 def test_hyp_small_batch_counts(encs, texts):
-    """Batches small enough to be counted on the calling thread."""
+    """Batches small enough to be counted on the calling thread. (The texts may spell a
+    special token, which both must then refuse alike.)"""
     tm, tt = encs
-    assert tm.count_tokens_batch(texts) == [len(ids) for ids in tt.encode_batch(texts)]
+    assert_same_outcome(lambda: tm.count_tokens_batch(texts), lambda: [len(ids) for ids in tt.encode_batch(texts)])
 
 
 def test_batch_counts_files_and_one_huge_text(encs, corpus):
