@@ -5,7 +5,8 @@ use rustc_hash::FxHashSet;
 
 use crate::batch;
 use crate::bpe::{self, PairMemo, Scratch};
-use crate::piece_cache::{self, PieceCache, SharedPieces, MAX_TOKENS};
+use crate::piece_cache::{self, PieceCache, SharedPieces, SharedSlot, MAX_TOKENS};
+use crate::prefetch::prefetch;
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
 use crate::scanner::Spans;
@@ -30,12 +31,12 @@ pub struct Encoder {
 const SCAN_CHUNK: usize = 128;
 
 /// A piece found by the scanner: its first-level key (0 for none) and that key's slot.
-#[derive(Clone, Copy, Default)]
-struct Scanned {
+#[derive(Clone, Copy)]
+struct Scanned<'a> {
     key: u128,
     start: usize,
     end: usize,
-    slot: usize,
+    slot: &'a SharedSlot,
 }
 
 /// The first-level key of the piece `text[start..end]` where the piece is short and the
@@ -111,7 +112,7 @@ impl Encoder {
         //
         // A hit touches nothing in memory but the chunk, the slot and the ids: its ids are
         // copied from the slot straight into room reserved for the chunk, at a length
-        // kept in a register (`SharedPieces::copy_at`; the length advances only if the
+        // kept in a register (`SharedSlot::copy_to`; the length advances only if the
         // slot was whole), and it is counted in a local tally, its length read from its
         // key; `out` and `cache.usage` are brought up to date at the end of the chunk and
         // before a miss, which goes out of line (`encode_chunk_miss`). Copying in place
@@ -120,7 +121,7 @@ impl Encoder {
         if let Splitter::Scan(scanner) = &self.splitter {
             let b = text.as_bytes();
             let mut spans = scanner.spans(text);
-            let mut chunk = [Scanned::default(); SCAN_CHUNK];
+            let mut chunk = [Scanned { key: 0, start: 0, end: 0, slot: self.pieces.slot_at(0) }; SCAN_CHUNK];
             if cache.usage.probing() {
                 loop {
                     // Scan, key and prefetch a chunk of pieces.
@@ -128,8 +129,8 @@ impl Encoder {
                     while taken < SCAN_CHUNK {
                         let Some((start, end)) = spans.next() else { break };
                         let key = piece_key(b, start, end);
-                        let slot = SharedPieces::index(key);
-                        self.pieces.prefetch(slot);
+                        let slot = self.pieces.slot_at(SharedPieces::index(key));
+                        prefetch(slot);
                         chunk[taken] = Scanned { key, start, end, slot };
                         taken += 1;
                     }
@@ -145,7 +146,7 @@ impl Encoder {
                         // SAFETY: `ids` is `out`'s buffer, with room for MAX_TOKENS ids per
                         // piece of the chunk not encoded before the last reserve, and `len`
                         // advanced by at most MAX_TOKENS a piece since.
-                        match (p.key != 0).then(|| unsafe { self.pieces.copy_at(p.slot, p.key, ids.add(len)) }).flatten() {
+                        match (p.key != 0).then(|| unsafe { p.slot.copy_to(p.key, ids.add(len)) }).flatten() {
                             Some(count) => {
                                 len += count;
                                 // (the piece's length is the key's top byte)

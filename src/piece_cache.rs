@@ -57,10 +57,35 @@ const _: () = assert!(MAX_TOKENS as u32 <= COUNT_MASK);
 /// zero key matches no piece.
 #[derive(Default)]
 #[repr(C, align(32))]
-struct SharedSlot {
+pub struct SharedSlot {
     version: AtomicU32,
     tokens: [AtomicU32; MAX_TOKENS],
     key: [AtomicU64; 2],
+}
+
+impl SharedSlot {
+    /// The slot's tokens for the piece with [`inline_key`](crate::vocab::inline_key)
+    /// `key`, written straight to `dst`: all [`MAX_TOKENS`] places are written whenever
+    /// the key matches, and the count is returned only if the slot was not being written
+    /// meanwhile. So the tokens go from the slot to their place with no stop on the way; a
+    /// caller keeps the ids only up to the count it gets (the rest is overwritten later or
+    /// left past its length).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writing [`MAX_TOKENS`] ids (unaligned).
+    #[inline(always)]
+    pub unsafe fn copy_to(&self, key: u128, dst: *mut Rank) -> Option<usize> {
+        let before = self.version.load(Ordering::Acquire);
+        if self.key[0].load(Ordering::Relaxed) != key as u64 || self.key[1].load(Ordering::Relaxed) != (key >> 64) as u64 {
+            return None;
+        }
+        let tokens = [self.tokens[0].load(Ordering::Relaxed), self.tokens[1].load(Ordering::Relaxed), self.tokens[2].load(Ordering::Relaxed)];
+        // SAFETY: the caller's promise.
+        unsafe { dst.cast::<[Rank; MAX_TOKENS]>().write_unaligned(tokens) };
+        fence(Ordering::Acquire);
+        let after = self.version.load(Ordering::Relaxed);
+        (before == after && before & WRITING == 0).then_some((before >> COUNT_SHIFT & COUNT_MASK) as usize)
+    }
 }
 
 /// The first level (see the module documentation).
@@ -78,8 +103,7 @@ impl Default for SharedPieces {
 }
 
 impl SharedPieces {
-    /// The slot of `key`: the encoder finds it once per piece, when it prefetches the
-    /// slot, and probes with it later ([`SharedPieces::get_at`]).
+    /// The slot of `key` (see [`SharedPieces::slot_at`]).
     #[inline(always)]
     pub fn index(key: u128) -> usize {
         // Fibonacci hashing of the folded key.
@@ -89,13 +113,7 @@ impl SharedPieces {
 
     #[inline(always)]
     fn slot(&self, key: u128) -> &SharedSlot {
-        &self.slots[Self::index(key) % SLOTS]
-    }
-
-    /// Asks the processor to bring slot `i` into its caches (a hint only).
-    #[inline(always)]
-    pub fn prefetch(&self, i: usize) {
-        prefetch(&self.slots[i % SLOTS]);
+        self.slot_at(Self::index(key))
     }
 
     /// The tokens cached for the piece with [`inline_key`](crate::vocab::inline_key)
@@ -108,39 +126,17 @@ impl SharedPieces {
     /// [`SharedPieces::get`] for a key whose slot is `i` (its [`SharedPieces::index`]).
     #[inline(always)]
     pub fn get_at(&self, i: usize, key: u128) -> Option<([Rank; MAX_TOKENS], usize)> {
-        let s = &self.slots[i % SLOTS];
-        let before = s.version.load(Ordering::Acquire);
-        if s.key[0].load(Ordering::Relaxed) != key as u64 || s.key[1].load(Ordering::Relaxed) != (key >> 64) as u64 {
-            return None;
-        }
-        let tokens = [s.tokens[0].load(Ordering::Relaxed), s.tokens[1].load(Ordering::Relaxed), s.tokens[2].load(Ordering::Relaxed)];
-        fence(Ordering::Acquire);
-        let after = s.version.load(Ordering::Relaxed);
-        (before == after && before & WRITING == 0).then_some((tokens, (before >> COUNT_SHIFT & COUNT_MASK) as usize))
+        let mut tokens = [Rank::MAX; MAX_TOKENS];
+        // SAFETY: `tokens` has room for MAX_TOKENS ids.
+        let count = unsafe { self.slot_at(i).copy_to(key, tokens.as_mut_ptr()) }?;
+        Some((tokens, count))
     }
 
-    /// [`SharedPieces::get_at`] that writes the tokens straight to `dst` instead of
-    /// returning them: all [`MAX_TOKENS`] places are written whenever the key matches, the
-    /// slot's count is returned only if the slot was not being written meanwhile. So the
-    /// tokens go from the slot to their place with no stop on the way, and a caller keeps
-    /// the ids only up to the count it gets (the rest of what was written is overwritten
-    /// later or left past the length).
-    ///
-    /// # Safety
-    /// `dst` must be valid for writing [`MAX_TOKENS`] ids (unaligned).
+    /// Slot `i` (an [`SharedPieces::index`]): the encoder finds it once per piece, when it
+    /// prefetches it, and probes it later ([`SharedSlot::copy_to`]).
     #[inline(always)]
-    pub unsafe fn copy_at(&self, i: usize, key: u128, dst: *mut Rank) -> Option<usize> {
-        let s = &self.slots[i % SLOTS];
-        let before = s.version.load(Ordering::Acquire);
-        if s.key[0].load(Ordering::Relaxed) != key as u64 || s.key[1].load(Ordering::Relaxed) != (key >> 64) as u64 {
-            return None;
-        }
-        let tokens = [s.tokens[0].load(Ordering::Relaxed), s.tokens[1].load(Ordering::Relaxed), s.tokens[2].load(Ordering::Relaxed)];
-        // SAFETY: the caller's promise.
-        unsafe { dst.cast::<[Rank; MAX_TOKENS]>().write_unaligned(tokens) };
-        fence(Ordering::Acquire);
-        let after = s.version.load(Ordering::Relaxed);
-        (before == after && before & WRITING == 0).then_some((before >> COUNT_SHIFT & COUNT_MASK) as usize)
+    pub fn slot_at(&self, i: usize) -> &SharedSlot {
+        &self.slots[i % SLOTS]
     }
 
     /// Caches the tokens of a piece (nothing if there are more than [`MAX_TOKENS`], or if
@@ -500,10 +496,10 @@ mod tests {
         assert_eq!(c.get(k), Some(([4, 5, 6], 3)));
         let mut copied = [0; MAX_TOKENS];
         // SAFETY: `copied` has room for MAX_TOKENS ids.
-        assert_eq!(unsafe { c.copy_at(SharedPieces::index(k), k, copied.as_mut_ptr()) }, Some(3));
+        assert_eq!(unsafe { c.slot_at(SharedPieces::index(k)).copy_to(k, copied.as_mut_ptr()) }, Some(3));
         assert_eq!(copied, [4, 5, 6]);
         // SAFETY: as above.
-        assert_eq!(unsafe { c.copy_at(SharedPieces::index(inline_key(b"hellp")), inline_key(b"hellp"), copied.as_mut_ptr()) }, None);
+        assert_eq!(unsafe { c.slot_at(SharedPieces::index(inline_key(b"hellp"))).copy_to(inline_key(b"hellp"), copied.as_mut_ptr()) }, None);
     }
 
     #[test]
@@ -532,7 +528,7 @@ mod tests {
                             }
                             let mut copied = [0 as Rank; MAX_TOKENS];
                             // SAFETY: `copied` has room for MAX_TOKENS ids.
-                            if let Some(n) = unsafe { c.copy_at(target, k, copied.as_mut_ptr()) } {
+                            if let Some(n) = unsafe { c.slot_at(target).copy_to(k, copied.as_mut_ptr()) } {
                                 assert_eq!(copied[..n], tokens(j));
                                 hits.fetch_add(1, Ordering::Relaxed);
                             }
