@@ -23,6 +23,9 @@ Modes:
   (nanochat's pattern), counted once per build before the rounds; both builds must learn
   the same merges.
 
+The process is pinned to one CPU (``cpu_pinning.py``; ``--no-pin`` lets it move), except in
+``train`` mode, whose counting uses every core.
+
 A pass drops each list of ids as soon as it is made (its memory is then reused by the
 next call); ``--keep`` keeps them all until the pass ends, as ``encode_compare.py`` does,
 so that the lists take new memory and its page faults.
@@ -40,6 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_pinning import describe, one_cpu, pin  # noqa: E402
 from encode_compare import KINDS, build_slices, worst_text  # noqa: E402
 from first_seen_pieces import new_pieces  # noqa: E402
 
@@ -71,8 +75,13 @@ def main() -> int:
     ap.add_argument(
         "--keep", action="store_true", help="keep every list of ids until the pass ends, as encode_compare.py does (default: drop each at once)"
     )
+    ap.add_argument("--no-pin", action="store_true", help="let the process move between CPUs (default: pinned to one, except in train mode)")
     args = ap.parse_args()
     rounds = args.rounds or (100 if args.mode == "merge" else 16)
+    if args.mode != "train":
+        cpu = one_cpu(not args.no_pin)
+        pin(cpu)
+        print(describe(cpu))
 
     import tiktoken
 

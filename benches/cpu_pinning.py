@@ -37,4 +37,4 @@ def describe(cpu: Optional[int]) -> str:
     """One line for a benchmark's header."""
     if cpu is None:
         return "one-thread runs: not pinned (free to move between CPUs)"
-    return f"one-thread runs: pinned to CPU {cpu}, every library alike (--no-pin: free to move); batches use every CPU"
+    return f"one-thread runs: pinned to CPU {cpu} (--no-pin: free to move); batches use every CPU"
