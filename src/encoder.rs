@@ -1,6 +1,8 @@
 //! The encoder: pre-tokenization, whole-piece lookup, byte-pair merging and special-token
 //! handling, with tiktoken's exact results.
 
+use std::mem::MaybeUninit;
+
 use rustc_hash::FxHashSet;
 
 use crate::batch;
@@ -121,7 +123,10 @@ impl Encoder {
         if let Splitter::Scan(scanner) = &self.splitter {
             let b = text.as_bytes();
             let mut spans = scanner.spans(text);
-            let mut chunk = [Scanned { key: 0, start: 0, end: 0, slot: self.pieces.slot_at(0) }; SCAN_CHUNK];
+            // Left uninitialised: filling 128 entries on every call would cost a call that
+            // encodes a few words more than its pieces do. Only the `taken` entries the
+            // first loop wrote are read.
+            let mut chunk = [const { MaybeUninit::<Scanned>::uninit() }; SCAN_CHUNK];
             if cache.usage.probing() {
                 loop {
                     // Scan, key and prefetch a chunk of pieces.
@@ -131,7 +136,7 @@ impl Encoder {
                         let key = piece_key(b, start, end);
                         let slot = self.pieces.slot_at(SharedPieces::index(key));
                         prefetch(slot);
-                        chunk[taken] = Scanned { key, start, end, slot };
+                        chunk[taken].write(Scanned { key, start, end, slot });
                         taken += 1;
                     }
                     // Probe and encode them.
@@ -141,7 +146,8 @@ impl Encoder {
                     let mut hits = 0u32;
                     let mut encoded = 0;
                     while encoded < taken {
-                        let p = &chunk[encoded];
+                        // SAFETY: the first loop wrote the entries below `taken`.
+                        let p = unsafe { chunk[encoded].assume_init_ref() };
                         encoded += 1;
                         // SAFETY: `ids` is `out`'s buffer, with room for MAX_TOKENS ids per
                         // piece of the chunk not encoded before the last reserve, and `len`
