@@ -211,9 +211,15 @@ impl Encoder {
 
     /// A piece of a chunk that the first level did not answer (or that has no key there):
     /// out of line, so that the loop over the hits stays small. Returns its token count.
+    /// A keyed piece's slot was probed by the chunk's loop just now, so it is not probed
+    /// again.
     #[inline(never)]
     fn encode_chunk_miss(&self, bytes: &[u8], key: u128, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache) -> Result<usize> {
-        self.encode_keyed(bytes, key, out, scratch, cache)
+        if key != 0 {
+            self.encode_short_missed(bytes, key, out, scratch, cache)
+        } else {
+            self.encode_piece(bytes, out, scratch, cache)
+        }
     }
 
     /// Appends the tokens of one piece given with its [`piece_key`]; returns how many
