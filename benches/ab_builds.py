@@ -32,17 +32,29 @@ so that the lists take new memory and its page faults.
 
 Example: ``python benches/ab_builds.py BEFORE AFTER --mode merge --kind ui --min-bytes 16``
 prints ``AFTER / BEFORE`` speed.
+
+``--count`` counts instead of timing (``callgrind_counts.py``; needs valgrind): each build
+runs the mode's pass once, in a process of its own under callgrind, with collection on only
+inside the timed calls (``encode_ordinary``, or ``encode_single_piece`` in ``merge`` mode;
+``warm``'s first slice goes through ``count_ordinary``, which fills the same caches). It
+prints each build's instructions, mispredicted branches and simulated cache misses and
+their ratios: the same from run to run, so a change of a fraction of a percent shows,
+but blind to prefetching and memory latency. Each build takes a minute or more.
 """
 
 import argparse
 import gc
 import importlib.util
+import pickle
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import callgrind_counts  # noqa: E402
 from cpu_pinning import describe, one_cpu, pin  # noqa: E402
 from encode_compare import KINDS, build_slices, worst_text  # noqa: E402
 from first_seen_pieces import new_pieces  # noqa: E402
@@ -76,9 +88,21 @@ def main() -> int:
         "--keep", action="store_true", help="keep every list of ids until the pass ends, as encode_compare.py does (default: drop each at once)"
     )
     ap.add_argument("--no-pin", action="store_true", help="let the process move between CPUs (default: pinned to one, except in train mode)")
+    ap.add_argument(
+        "--count",
+        action="store_true",
+        help="count instructions, mispredicted branches and simulated cache misses under valgrind's callgrind instead of timing (not in train mode)",
+    )
+    ap.add_argument("--count-child", nargs=2, metavar=("BUILD", "INPUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.count_child:
+        return count_child(*args.count_child)
+    if args.count and args.mode == "train":
+        raise SystemExit("--count does not count training")
+    if args.count and not callgrind_counts.available():
+        raise SystemExit("--count needs valgrind, which is not installed")
     rounds = args.rounds or (100 if args.mode == "merge" else 16)
-    if args.mode != "train":
+    if args.mode != "train" and not args.count:
         cpu = one_cpu(not args.no_pin)
         pin(cpu)
         print(describe(cpu))
@@ -131,6 +155,15 @@ def main() -> int:
         warm = pick(short) if args.mode == "warm" else []
         timed = pick(short) if args.mode == "short" else pick(long_)
     nbytes = sum(len(t.encode()) for t in timed) if args.mode != "merge" else sum(map(len, chunk))
+    if args.count:
+        work = {"ranks": ranks, "specials": specials, "pattern": pattern, "mode": args.mode}
+        if args.mode == "merge":
+            work["pieces"] = pieces
+            what = f"{len(pieces):,} pieces"
+        else:
+            work["warm"], work["timed"] = warm, timed
+            what = f"{nbytes / 1e6:.2f} MB"
+        return count_builds({"before": args.before, "after": args.after}, work, f"{args.encoding} {args.mode} {args.kind}, {what}")
 
     def one_round(name: str) -> float:
         """Seconds of the timed work on a fresh encoder of build ``name``."""
@@ -185,6 +218,42 @@ def main() -> int:
         f"(quartiles {q1:.3f}-{q3:.3f}, {rounds} rounds); median MB/s before {mbps['before']:.1f}, after {mbps['after']:.1f}"
     )
     return 0
+
+
+def count_builds(builds: dict, work: dict, label: str) -> int:
+    """Runs ``work`` once per build under callgrind (see ``--count``) and prints the counts."""
+    counted = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work_file = Path(tmp, "work.pickle")
+        work_file.write_bytes(pickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL))
+        function = "*__pymethod_encode_single_piece__" if work["mode"] == "merge" else "*__pymethod_encode_ordinary__"
+        for name, build in builds.items():
+            out = Path(tmp, f"{name}.callgrind")
+            argv = [sys.executable, str(Path(__file__).resolve()), build, build, "--count-child", build, str(work_file)]
+            done = subprocess.run(callgrind_counts.command(out, [function], argv), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: the counted run failed:\n{done.stderr[-2000:]}")
+            counted[name] = callgrind_counts.summary(callgrind_counts.totals(out))
+    print(f"{label}, counted under callgrind (caches: {', '.join(callgrind_counts.CACHE_MODEL)}):")
+    for figure in counted["before"]:
+        b, a = counted["before"][figure], counted["after"][figure]
+        print(f"  {figure:<18} before {b:>15,}  after {a:>15,}  after / before {a / b if b else float('nan'):.4f}")
+    return 0
+
+
+def count_child(build: str, work_file: str) -> int:
+    """The counted process of ``--count``: one pass of the work on a fresh encoder of one build."""
+    work = pickle.loads(Path(work_file).read_bytes())
+    core = load_core(build, "counted").CoreBPE(work["ranks"], work["specials"], work["pattern"])
+    if work["mode"] == "merge":
+        for p in work["pieces"]:
+            core.encode_single_piece(p)
+        return 0
+    warm_up = getattr(core, "count_ordinary", None) or (lambda text: core.encode(text, set(), set()))
+    for text in work["warm"]:
+        warm_up(text)
+    kept = [core.encode_ordinary(text) for text in work["timed"]]
+    return 0 if kept is not None else 1
 
 
 if __name__ == "__main__":

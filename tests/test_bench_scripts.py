@@ -76,3 +76,65 @@ def test_one_thread_runs_are_pinned_to_one_cpu_and_batches_never(tmp_path: Path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def _callgrind_counts():
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import callgrind_counts
+    finally:
+        sys.path.remove(str(BENCHES))
+    return callgrind_counts
+
+
+def test_callgrind_counts_reads_the_totals_and_sums_the_figures(tmp_path: Path) -> None:
+    cc = _callgrind_counts()
+    out = tmp_path / "run.callgrind"
+    out.write_text(
+        "version: 1\ncreator: callgrind\nevents: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim\n"
+        "fn=(1) f\n0 5 1 1 0 1 0 0 1 0 2 1 0 0\nsummary: 100 40 20 3 7 5 2 6 4 30 9 10 1\n"
+        "totals: 100 40 20 3 7 5 2 6 4 30 9 10 1\n"
+    )
+    counts = cc.totals(out)
+    assert counts["Ir"] == 100 and counts["Bcm"] == 9 and counts["DLmw"] == 4
+    assert cc.summary(counts) == {"instructions": 100, "mispredicted": 10, "L1 data misses": 12, "last-level misses": 12}
+    empty = tmp_path / "empty.callgrind"
+    empty.write_text("version: 1\nevents: Ir\n")
+    with pytest.raises(ValueError, match="no totals"):
+        cc.totals(empty)
+    with pytest.raises(ValueError):
+        cc.command(out, [], ["true"])
+    cmd = cc.command(out, ["*f*", "*g*"], ["prog", "arg"])
+    assert cmd[0] == "valgrind" and cmd[-2:] == ["prog", "arg"]
+    assert "--toggle-collect=*f*" in cmd and "--toggle-collect=*g*" in cmd
+    assert f"--callgrind-out-file={out}" in cmd and all(c in cmd for c in cc.CACHE_MODEL)
+
+
+def test_callgrind_counts_of_the_same_work_are_the_same_and_only_inside_the_function(tmp_path: Path) -> None:
+    cc = _callgrind_counts()
+    if not cc.available():
+        pytest.skip("valgrind is not installed: counting cannot be checked here")
+    script = tmp_path / "work.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            from tokenmill._core import CoreBPE
+            core = CoreBPE({bytes([i]): i for i in range(256)} | {b"ab": 256, b"abc": 257}, {}, r"\\S+|\\s+")
+            for i in range(int(sys.argv[1])):
+                core.encode_ordinary(f"abc ab abd {i} " * 20)
+            """
+        )
+    )
+    figures = []
+    for n, calls in enumerate((30, 30, 60)):
+        out = tmp_path / f"{n}.callgrind"
+        done = subprocess.run(
+            cc.command(out, ["*__pymethod_encode_ordinary__"], [sys.executable, str(script), str(calls)]), capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        figures.append(cc.summary(cc.totals(out))["instructions"])
+    # The same calls count the same (deterministic), and twice the calls about twice as
+    # much: nothing outside the calls (start-up, imports) is counted.
+    assert figures[0] == figures[1] > 0
+    assert 1.9 < figures[2] / figures[0] < 2.1, figures
