@@ -38,13 +38,15 @@ runs the mode's pass once, in a process of its own under callgrind, with collect
 inside the timed calls (``encode_ordinary``, or ``encode_single_piece`` in ``merge`` mode;
 ``warm``'s first slice goes through ``count_ordinary``, which fills the same caches). It
 prints each build's instructions, mispredicted branches and simulated cache misses and
-their ratios: the same from run to run, so a change of a fraction of a percent shows,
-but blind to prefetching and memory latency. Each build takes a minute or more.
+their ratios: the same from run to run to within a few in a hundred thousand, so a change of a
+fraction of a percent shows, but blind to prefetching and memory latency. Each build
+takes a minute or more.
 """
 
 import argparse
 import gc
 import importlib.util
+import os
 import pickle
 import statistics
 import subprocess
@@ -230,7 +232,8 @@ def count_builds(builds: dict, work: dict, label: str) -> int:
         for name, build in builds.items():
             out = Path(tmp, f"{name}.callgrind")
             argv = [sys.executable, str(Path(__file__).resolve()), build, build, "--count-child", build, str(work_file)]
-            done = subprocess.run(callgrind_counts.command(out, [function], argv), capture_output=True, text=True)
+            env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in both runs
+            done = subprocess.run(callgrind_counts.command(out, [function], argv), capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 raise SystemExit(f"{name}: the counted run failed:\n{done.stderr[-2000:]}")
             counted[name] = callgrind_counts.summary(callgrind_counts.totals(out))

@@ -3,7 +3,8 @@ only inside chosen functions, and the counts it leaves behind.
 
 On a host whose speed wanders, a change of a few percent cannot be timed reliably, but
 it can be counted: instructions, mispredicted branches and cache misses of a simulated
-processor are the same from one run to the next. The counts model neither prefetching
+processor are the same from one run to the next (to within a few in a hundred thousand: the
+interpreter's work inside a call varies a little). The counts model neither prefetching
 nor memory latency nor the host's state, so they complement timings and never replace
 them. The simulated caches are set to this project's usual test host (an AMD Zen 3:
 32 KiB, 8-way first-level caches, 512 KiB 8-way L2 as the last level), since valgrind's
