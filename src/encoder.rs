@@ -7,7 +7,7 @@ use rustc_hash::FxHashSet;
 
 use crate::batch;
 use crate::bpe::{self, PairMemo, Scratch};
-use crate::piece_cache::{self, PieceCache, SharedPieces, SharedSlot, MAX_TOKENS};
+use crate::piece_cache::{self, PieceCache, SharedPieces, SharedSlot, WidePieces, MAX_TOKENS, WIDE_OVERFLOW, WIDE_TOKENS};
 use crate::prefetch::prefetch;
 use crate::error::{Error, Rank, Result};
 use crate::pretokenize::Splitter;
@@ -21,6 +21,8 @@ pub struct Encoder {
     vocab: Vocab,
     /// Encoded short pieces, shared by every thread encoding with this encoder.
     pieces: SharedPieces,
+    /// Encoded short pieces of more than MAX_TOKENS tokens, shared likewise.
+    wide: WidePieces,
     /// Pair merges of long pieces (128 bytes or more), shared likewise.
     pairs: PairMemo,
     splitter: Splitter,
@@ -63,7 +65,7 @@ impl Encoder {
         let splitter = Splitter::new(pattern)?;
         let specials = SpecialMatcher::new(special_tokens.iter().map(|(k, v)| (k.as_str(), *v)))?;
         let vocab = Vocab::new(tokens, special_tokens)?;
-        Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), pairs: PairMemo::default(), splitter, specials, pattern: pattern.to_string() })
+        Ok(Self { owner: piece_cache::new_owner(), vocab, pieces: SharedPieces::default(), wide: WidePieces::default(), pairs: PairMemo::default(), splitter, specials, pattern: pattern.to_string() })
     }
 
     pub fn vocab(&self) -> &Vocab {
@@ -302,17 +304,25 @@ impl Encoder {
             cache.usage.record(false);
             out.push(id);
             self.pieces.put(key, &out[before..]);
-        } else if let Some(tokens) = (bytes.len() > piece_cache::MAX_TOKENS).then(|| cache.get_long(self.owner, bytes)).flatten() {
+        } else if (bytes.len() > MAX_TOKENS)
+            .then(|| self.wide.get(key, out))
+            .flatten()
+            .and_then(|n| if n != WIDE_OVERFLOW { Some(n) } else { cache.get_long(self.owner, bytes).map(|tokens| out.extend_from_slice(tokens)).map(|()| 0) })
+            .is_some()
+        {
             // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
-            out.extend_from_slice(tokens);
             cache.usage.record(true);
         } else {
             cache.usage.record(false);
             bpe::encode_piece(&self.vocab, bytes, out, scratch, Some(&self.pairs))?;
-            if out.len() - before <= piece_cache::MAX_TOKENS {
+            let n = out.len() - before;
+            if n <= MAX_TOKENS {
                 self.pieces.put(key, &out[before..]);
             } else {
-                cache.put_long(self.owner, bytes, &out[before..]);
+                self.wide.put(key, &out[before..]);
+                if n > WIDE_TOKENS {
+                    cache.put_long(self.owner, bytes, &out[before..]);
+                }
             }
         }
         Ok(out.len() - before)
@@ -754,9 +764,10 @@ mod tests {
     #[test]
     fn cached_and_fresh_pieces_in_one_text_give_each_piece_its_own_tokens() {
         // Repeated words (answered by the first level once seen), new words (merged), words
-        // of more than three tokens and of more than 15 bytes (the second level), in long
-        // texts that go through the encoder's chunks of pieces: the ids must be those of
-        // each piece encoded on its own, with every drain size.
+        // of more than three tokens (the wide table), of more than eleven (the second
+        // level, after the wide table's mark) and of more than 15 bytes (the second level),
+        // in long texts that go through the encoder's chunks of pieces: the ids must be
+        // those of each piece encoded on its own, with every drain size.
         let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
         let mut ranks = byte_vocab();
         for (k, t) in [" hello", " world", "wor", "ld", " he", "llo", " the", "ing", " st"].iter().enumerate() {
@@ -767,11 +778,12 @@ mod tests {
         let mut text = String::new();
         for n in 0..3000u32 {
             let fresh: String = format!("{n:05}").bytes().map(|d| (b'a' + d - b'0') as char).collect();
-            text.push_str(match n % 5 {
+            text.push_str(match n % 6 {
                 0 => " hello world",
                 1 => " the string",
                 2 => " hellohellohellohello",
                 3 => " st",
+                4 => " zqxjkvbpygfwm",
                 _ => "!! 123",
             });
             text.push(' ');
