@@ -152,20 +152,29 @@ impl SharedPieces {
             return;
         }
         let s = self.slot(key);
-        let v = s.version.load(Ordering::Relaxed);
-        if v & WRITING != 0 || s.version.compare_exchange(v, v | WRITING, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-            return;
-        }
-        fence(Ordering::Release);
-        s.key[0].store(key as u64, Ordering::Relaxed);
-        s.key[1].store((key >> 64) as u64, Ordering::Relaxed);
-        for (k, t) in s.tokens.iter().enumerate() {
-            t.store(tokens.get(k).copied().unwrap_or(Rank::MAX), Ordering::Relaxed);
-        }
-        // The next write number, with this entry's count (and the writing bit clear).
-        let next = (v & !(WRITE_STEP - 1)).wrapping_add(WRITE_STEP) | (tokens.len() as u32) << COUNT_SHIFT;
-        s.version.store(next, Ordering::Release);
+        write_entry(&s.version, &s.key, &s.tokens, WRITE_STEP, key, tokens, tokens.len());
     }
+}
+
+/// Writes an entry into a slot guarded by the seqlock of its `version` word (see
+/// [`SharedSlot`]): the key, the `tokens` (the places past them set to `Rank::MAX`), then
+/// the next write number (a multiple of `write_step`) with `count` in the count bits.
+/// Nothing if another thread is writing the slot just now.
+#[inline(always)]
+fn write_entry(version: &AtomicU32, key_words: &[AtomicU64; 2], places: &[AtomicU32], write_step: u32, key: u128, tokens: &[Rank], count: usize) {
+    let v = version.load(Ordering::Relaxed);
+    if v & WRITING != 0 || version.compare_exchange(v, v | WRITING, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return;
+    }
+    fence(Ordering::Release);
+    key_words[0].store(key as u64, Ordering::Relaxed);
+    key_words[1].store((key >> 64) as u64, Ordering::Relaxed);
+    for (k, t) in places.iter().enumerate() {
+        t.store(tokens.get(k).copied().unwrap_or(Rank::MAX), Ordering::Relaxed);
+    }
+    // The next write number, with this entry's count (and the writing bit clear).
+    let next = (v & !(write_step - 1)).wrapping_add(write_step) | (count as u32) << COUNT_SHIFT;
+    version.store(next, Ordering::Release);
 }
 
 /// Slots of the wide table (a power of two): 2^14 slots of 64 bytes, 1 MiB.
@@ -255,18 +264,7 @@ impl WidePieces {
         }
         let (count, tokens) = if tokens.len() > WIDE_TOKENS { (WIDE_OVERFLOW, &[][..]) } else { (tokens.len(), tokens) };
         let s = self.slot(key);
-        let v = s.version.load(Ordering::Relaxed);
-        if v & WRITING != 0 || s.version.compare_exchange(v, v | WRITING, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-            return;
-        }
-        fence(Ordering::Release);
-        s.key[0].store(key as u64, Ordering::Relaxed);
-        s.key[1].store((key >> 64) as u64, Ordering::Relaxed);
-        for (k, t) in s.tokens.iter().enumerate() {
-            t.store(tokens.get(k).copied().unwrap_or(Rank::MAX), Ordering::Relaxed);
-        }
-        let next = (v & !(WIDE_WRITE_STEP - 1)).wrapping_add(WIDE_WRITE_STEP) | (count as u32) << COUNT_SHIFT;
-        s.version.store(next, Ordering::Release);
+        write_entry(&s.version, &s.key, &s.tokens, WIDE_WRITE_STEP, key, tokens, count);
     }
 }
 
