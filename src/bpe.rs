@@ -105,6 +105,12 @@ fn rank_of(vocab: &Vocab, bytes: &[u8]) -> Rank {
 /// `not_a_token`: the caller knows the whole piece is no token, so the last pair (two
 /// parts whose concatenation is the piece) is not looked up: one lookup fewer per piece,
 /// and on text whose pieces are all new the lookups are most of the cost.
+///
+/// The closed forms of two to four bytes are inlined where this is called, and the merge in
+/// arrays is a call: its function saves six registers and sets up a frame of 2 KiB, which
+/// on text without whitespace (60% of its pieces merged, most of them of two to four
+/// bytes) was a tenth of the merge's instructions.
+#[inline(always)]
 pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     debug_assert!((2..LONG_PIECE).contains(&piece.len()));
     if not_a_token && piece.len() <= 4 {
@@ -117,6 +123,12 @@ pub(crate) fn merge_short(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_
             return done;
         }
     }
+    merge_short_in_arrays(vocab, piece, out, not_a_token)
+}
+
+/// [`merge_short`]'s general case: the arrays sized for the piece.
+#[inline(never)]
+fn merge_short_in_arrays(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, not_a_token: bool) -> Result<()> {
     if piece.len() <= 8 {
         merge_in_arrays::<8>(vocab, piece, out, not_a_token)
     } else if piece.len() <= 16 {
