@@ -25,8 +25,9 @@ struct Group {
 
 pub struct ThreeByteTokens {
     /// For each first two bytes `a << 8 | b`, one more than the index of their group, or 0
-    /// when no three-byte token starts with them.
-    group_of: Box<[u16]>,
+    /// when no three-byte token starts with them (an array, so that an index made of two
+    /// bytes needs no bounds check).
+    group_of: Box<[u16; 1 << 16]>,
     groups: Box<[Group]>,
     /// Ranks in order of (prefix group, third byte).
     ranks: Box<[Rank]>,
@@ -39,7 +40,7 @@ impl ThreeByteTokens {
     pub fn new(tokens: impl IntoIterator<Item = ([u8; 3], Rank)>) -> Option<Self> {
         let mut tokens: Vec<([u8; 3], Rank)> = tokens.into_iter().collect();
         tokens.sort_unstable();
-        let mut group_of = vec![0u16; 1 << 16].into_boxed_slice();
+        let mut group_of: Box<[u16; 1 << 16]> = vec![0u16; 1 << 16].into_boxed_slice().try_into().expect("65,536 places");
         let mut groups: Vec<Group> = Vec::new();
         let mut ranks = Vec::with_capacity(tokens.len());
         for ([a, b, c], rank) in tokens {

@@ -34,7 +34,8 @@ pub struct Vocab {
     /// For every two bytes `(a, b)` at `a << 8 | b`, the rank of the pair or `Rank::MAX`:
     /// byte-pair merging starts with a lookup of every adjacent byte pair, and a dense table
     /// (256 KiB) answers those without hashing or a probe of the large table.
-    pair_ranks: Box<[Rank]>,
+    /// (An array, so that an index made of two bytes needs no bounds check.)
+    pair_ranks: Box<[Rank; 1 << 16]>,
     special: FxHashMap<String, Rank>,
     /// Every token's bytes back to back, then [`DECODE_PAD`] zero bytes; `decode_spans[id]`
     /// is where the token's bytes start (low 32 bits) and how many there are (high 32),
@@ -205,7 +206,7 @@ impl Vocab {
             })
         };
         let mut byte_ranks = [Rank::MAX; 256];
-        let mut pair_ranks = vec![Rank::MAX; 1 << 16].into_boxed_slice();
+        let mut pair_ranks: Box<[Rank; 1 << 16]> = vec![Rank::MAX; 1 << 16].into_boxed_slice().try_into().expect("65,536 places");
         for (bytes, id) in tokens() {
             match *bytes {
                 [a] => byte_ranks[a as usize] = id,
