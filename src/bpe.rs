@@ -268,15 +268,15 @@ fn four_parts(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, ids: [Rank; 4], 
             return;
         }
         // [p01, i2, i3]: (p01 i2) against p23.
-        let left = vocab.merged_rank(&piece[..s3]);
+        let left = rank_of(vocab, &piece[..s3]);
         settle(out, left, p23, [p01, i2, i3], [left, i3], [p01, p23]);
     } else if p12 <= p23 {
         // [i0, p12, i3]: (i0 p12) against (p12 i3).
-        let (left, right) = (vocab.merged_rank(&piece[..s3]), vocab.merged_rank(&piece[s1..]));
+        let (left, right) = (rank_of(vocab, &piece[..s3]), rank_of(vocab, &piece[s1..]));
         settle(out, left, right, [i0, p12, i3], [left, i3], [i0, right]);
     } else {
         // [i0, i1, p23]: p01 against (i1 p23).
-        let right = vocab.merged_rank(&piece[s1..]);
+        let right = rank_of(vocab, &piece[s1..]);
         settle(out, p01, right, [i0, i1, p23], [p01, p23], [i0, right]);
     }
 }
