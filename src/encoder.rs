@@ -205,7 +205,15 @@ impl Encoder {
     fn encode_unprefetched<S: Spill>(&self, b: &[u8], spans: Spans<'_, '_>, out: &mut Vec<Rank>, scratch: &mut Scratch, cache: &mut PieceCache, spill: &mut S) -> Result<Option<usize>> {
         let mut last = None;
         for (start, end) in spans {
-            last = Some(self.encode_keyed(&b[start..end], piece_key(b, start, end), out, scratch, cache)?);
+            let bytes = &b[start..end];
+            // A piece of one to three bytes, while the caches are skipped, needs no key: the
+            // dense tables answer it.
+            // (`encode_short_missed` reads the key of such a piece only to cache it.)
+            last = Some(if bytes.len() <= 3 && !cache.usage.probing() {
+                self.encode_short_missed(bytes, 0, out, scratch, cache)?
+            } else {
+                self.encode_keyed(bytes, piece_key(b, start, end), out, scratch, cache)?
+            });
             spill.after_piece(out);
         }
         Ok(last)
