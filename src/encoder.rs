@@ -206,9 +206,8 @@ impl Encoder {
         let mut last = None;
         for (start, end) in spans {
             let bytes = &b[start..end];
-            // A piece of one to three bytes, while the caches are skipped, needs no key: the
-            // dense tables answer it.
-            // (`encode_short_missed` reads the key of such a piece only to cache it.)
+            // A piece of one to three bytes needs no key while the caches are skipped: the
+            // dense tables answer it, and `encode_short_missed` reads its key only to cache it.
             last = Some(if bytes.len() <= 3 && !cache.usage.probing() {
                 self.encode_short_missed(bytes, 0, out, scratch, cache)?
             } else {
