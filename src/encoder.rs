@@ -311,12 +311,7 @@ impl Encoder {
             cache.usage.record(false);
             out.push(id);
             self.pieces.put(key, &out[before..]);
-        } else if (bytes.len() > MAX_TOKENS)
-            .then(|| self.wide.get(key, out))
-            .flatten()
-            .and_then(|n| if n != WIDE_OVERFLOW { Some(n) } else { cache.get_long(self.owner, bytes).map(|tokens| out.extend_from_slice(tokens)).map(|()| 0) })
-            .is_some()
-        {
+        } else if bytes.len() > MAX_TOKENS && self.wide_hit(bytes, key, out, cache) {
             // (a piece of at most MAX_TOKENS bytes has no more tokens: never there)
             cache.usage.record(true);
         } else {
@@ -333,6 +328,24 @@ impl Encoder {
             }
         }
         Ok(out.len() - before)
+    }
+
+    /// Appends the tokens of a short piece of more than [`MAX_TOKENS`] tokens from the wide
+    /// table, or from the second level when the wide table marks it as longer than its
+    /// slots; whether either had it.
+    #[inline(always)]
+    fn wide_hit(&self, bytes: &[u8], key: u128, out: &mut Vec<Rank>, cache: &mut PieceCache) -> bool {
+        match self.wide.get(key, out) {
+            None => false,
+            Some(WIDE_OVERFLOW) => match cache.get_long(self.owner, bytes) {
+                Some(tokens) => {
+                    out.extend_from_slice(tokens);
+                    true
+                }
+                None => false,
+            },
+            Some(_) => true,
+        }
     }
 
     /// A piece of more than [`INLINE_MAX`] bytes.
