@@ -322,7 +322,11 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     // marked to be inlined: as a closure it stayed a call per lookup.)
     #[inline(always)]
     fn key(vocab: &Vocab, piece: &[u8], k: usize, e: usize) -> u64 {
-        (vocab.merged_rank(&piece[k..e]) as u64) << 32 | k as u64
+        debug_assert!(k < e && e <= piece.len());
+        // SAFETY: `k` starts a part and `e` ends the part after it, so `k < e`, and no part
+        // ends past the piece.
+        let bytes = unsafe { piece.get_unchecked(k..e) };
+        (vocab.merged_rank(bytes) as u64) << 32 | k as u64
     }
     // For 32 keys or more, the lowest of each group of `size` keys is kept, and a merge
     // updates only the groups of the (at most three) keys it changed.
@@ -340,8 +344,10 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         if best == Rank::MAX {
             break;
         }
-        let at = lowest as u32 as usize;
-        let right = end[at] as usize;
+        // (Every index below is less than `N`; masked with `N - 1`, the arrays need no bounds
+        // checks.)
+        let at = lowest as u32 as usize & (N - 1);
+        let right = end[at] as usize & (N - 1);
         ids[at] = best;
         end[at] = end[right];
         keys[right] = GONE;
@@ -357,10 +363,10 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         prev[after & (N - 1)] = at as u8;
         let mut left = at;
         if at > 0 {
-            left = prev[at] as usize;
+            left = prev[at] as usize & (N - 1);
             keys[left] = key(vocab, piece, left, after);
         }
-        keys[at] = if after < n { key(vocab, piece, at, end[after] as usize) } else { GONE };
+        keys[at] = if after < n { key(vocab, piece, at, end[after & (N - 1)] as usize) } else { GONE };
         if grouped {
             // (`left <= at < right`: the same group is often found twice; recomputing it
             // costs less than a branch on it.)
