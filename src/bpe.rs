@@ -304,16 +304,14 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     const GONE: u64 = (Rank::MAX as u64) << 32;
     let n = piece.len();
     debug_assert!(n <= N && N <= 256 && N.is_power_of_two());
-    let mut end = [0u8; N];
-    let mut prev = [0u8; N];
-    let mut ids = [Rank::MAX; N];
+    // At first every part is one byte: part `k` ends at `k + 1` and follows part `k - 1`
+    // (constant arrays, copied in a few stores). A part's id is written when it is made by
+    // a merge; a part still one byte at the end takes its byte's rank then.
+    let mut end: [u8; N] = const { offsets(1) };
+    let mut prev: [u8; N] = const { offsets(usize::MAX) };
+    let mut ids = [0 as Rank; N];
     let mut keys = [GONE; N];
-    for k in 0..n {
-        end[k] = (k + 1) as u8;
-        prev[k] = k.wrapping_sub(1) as u8;
-        ids[k] = vocab.byte_rank(piece[k]);
-    }
-    // At first every part is one byte: the pair ranks come from the dense byte-pair table.
+    // The first pairs' ranks come from the dense byte-pair table.
     for k in 0..n - 1 {
         keys[k] = (vocab.pair_rank(piece[k], piece[k + 1]) as u64) << 32 | k as u64;
     }
@@ -375,18 +373,31 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
             }
         }
     }
-    // Every part is a token whose id is already known (merged parts took the rank of
-    // their merge); only a byte the vocabulary lacks has none.
+    // Every part is a token: a merged part took the rank of its merge, a part of one
+    // byte is that byte's token; only a byte the vocabulary lacks has none.
     let mut k = 0;
     while k < n {
-        let e = end[k] as usize;
-        if ids[k] == Rank::MAX {
+        let e = end[k & (N - 1)] as usize;
+        let id = if e == k + 1 { vocab.byte_rank(piece[k]) } else { ids[k & (N - 1)] };
+        if id == Rank::MAX {
             return Err(Error::UnencodableBytes(piece[k..e].to_vec()));
         }
-        out.push(ids[k]);
+        out.push(id);
         k = e;
     }
     Ok(())
+}
+
+/// `[d, 1 + d, 2 + d, ...]` as bytes, wrapping: the first links of [`merge_in_arrays`]'
+/// parts (`d` 1 for where each ends, `usize::MAX` for the part before each).
+const fn offsets<const N: usize>(d: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    let mut k = 0;
+    while k < N {
+        a[k] = k.wrapping_add(d) as u8;
+        k += 1;
+    }
+    a
 }
 
 /// Keys per group in [`merge_in_arrays`]' arrays of `n` keys: the fewest comparisons per
