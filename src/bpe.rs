@@ -312,8 +312,17 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     let mut ids = [0 as Rank; N];
     let mut keys = [GONE; N];
     // The first pairs' ranks come from the dense byte-pair table.
-    for k in 0..n - 1 {
-        keys[k] = (vocab.pair_rank(piece[k], piece[k + 1]) as u64) << 32 | k as u64;
+    if N <= 16 {
+        for k in 0..N - 1 {
+            let (a, b) = (piece[k.min(n - 1)], piece[(k + 1).min(n - 1)]);
+            let key = (vocab.pair_rank(a, b) as u64) << 32 | k as u64;
+            let real = ((k + 1 < n) as u64).wrapping_neg();
+            keys[k] = key & real | GONE & !real;
+        }
+    } else {
+        for k in 0..n - 1 {
+            keys[k] = (vocab.pair_rank(piece[k], piece[k + 1]) as u64) << 32 | k as u64;
+        }
     }
     let mut parts = n;
     // The key of merging the part at `k` with the next one, which ends at `e`. (A function
