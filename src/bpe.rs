@@ -311,7 +311,12 @@ fn merge_in_arrays<const N: usize>(vocab: &Vocab, piece: &[u8], out: &mut Vec<Ra
     let mut prev: [u8; N] = const { offsets(usize::MAX) };
     let mut ids = [0 as Rank; N];
     let mut keys = [GONE; N];
-    // The first pairs' ranks come from the dense byte-pair table.
+    // The first pairs' ranks come from the dense byte-pair table. For arrays of 8 and 16
+    // the loop runs over all `N - 1` places (unrolled), the bytes' indices clamped to the
+    // piece and the keys past its end set to `GONE` by a mask: a loop over the piece's
+    // `n - 1` pairs ends where its length says, a branch mispredicted about once a piece
+    // (12-13% of merging's mispredictions; pieces of up to 16 bytes merged 1.02-1.03x).
+    // For 32 the longer fixed loop cost 2% more instructions than it saved.
     if N <= 16 {
         for k in 0..N - 1 {
             let (a, b) = (piece[k.min(n - 1)], piece[(k + 1).min(n - 1)]);
