@@ -53,10 +53,14 @@ pub fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
 /// Maps `f` over `items` in parallel on `threads` workers, keeping the order; the first
 /// error (in item order) is returned, and no item after it is started once it is known.
 ///
-/// Each worker is started here, by this thread, which then only waits: a pool thread
-/// woken by another one still running (as in a rayon parallel iterator, where each
-/// thread wakes the next) waited, measured on a 2-core VM, 2.5-2.8 ms on the waker's CPU
-/// before moving to the idle one (see [`with_helpers`]).
+/// This thread is one of the workers: it queues the other `workers - 1` on a pool of
+/// `workers` threads, yields once (see [`with_helpers`]: a woken pool thread otherwise
+/// waits on the waker's CPU), and claims items with them. Before, it queued all
+/// `workers` and only waited; on a 2-core VM the second pool thread then often started
+/// late, and `count_tokens_batch` on two threads kept 1.5-1.8 cores busy instead of
+/// 1.97 (PERFORMANCE.md, "Batches where the caller only waited"). The pool is not the
+/// one [`with_helpers`] uses for the same count, whose threads may be busy for a whole
+/// batch of lists when one of its texts is cut into chunks here.
 pub fn map<T, R, F>(items: &[T], threads: usize, f: F) -> Result<Vec<R>>
 where
     T: Sync,
@@ -93,9 +97,11 @@ where
         done.lock().unwrap_or_else(|e| e.into_inner()).append(&mut mine);
     };
     pool(workers)?.in_place_scope(|scope| {
-        for _ in 0..workers {
+        for _ in 1..workers {
             scope.spawn(|_| work());
         }
+        std::thread::yield_now();
+        work();
     });
     let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
     done.sort_unstable_by_key(|(b, _)| *b);
