@@ -57,10 +57,11 @@ pub fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
 /// `workers` threads, yields once (see [`with_helpers`]: a woken pool thread otherwise
 /// waits on the waker's CPU), and claims items with them. Before, it queued all
 /// `workers` and only waited; on a 2-core VM the second pool thread then often started
-/// late, and `count_tokens_batch` on two threads kept 1.5-1.8 cores busy instead of
-/// 1.97 (PERFORMANCE.md, "Batches where the caller only waited"). The pool is not the
-/// one [`with_helpers`] uses for the same count, whose threads may be busy for a whole
-/// batch of lists when one of its texts is cut into chunks here.
+/// late, and `count_tokens_batch` on two threads kept 1.5-1.9 cores busy instead of
+/// 1.97 (PERFORMANCE.md, "Batches where the caller only waited"). The pool is the one of
+/// `workers` threads, not the one of `workers - 1` that [`with_helpers`] would take:
+/// a batch of lists keeps that one busy for its whole length, and one of its texts may
+/// be cut into chunks here.
 pub fn map<T, R, F>(items: &[T], threads: usize, f: F) -> Result<Vec<R>>
 where
     T: Sync,
