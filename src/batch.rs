@@ -97,13 +97,7 @@ where
         }
         done.lock().unwrap_or_else(|e| e.into_inner()).append(&mut mine);
     };
-    pool(workers)?.in_place_scope(|scope| {
-        for _ in 1..workers {
-            scope.spawn(|_| work());
-        }
-        std::thread::yield_now();
-        work();
-    });
+    helped_on(&*pool(workers)?, vec![(); workers - 1], |()| work(), work);
     let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
     done.sort_unstable_by_key(|(b, _)| *b);
     // Blocks are claimed in order and finished up to their first error, so every item
@@ -257,15 +251,24 @@ where
     H: Fn(T) + Sync + Send,
     C: FnOnce() -> R,
 {
-    let pool = pool(each.len())?;
-    Ok(pool.in_place_scope(|scope| {
+    Ok(helped_on(&*pool(each.len())?, each, helper, caller))
+}
+
+/// [`with_helpers`] on the pool given.
+fn helped_on<T, H, C, R>(pool: &ThreadPool, each: Vec<T>, helper: H, caller: C) -> R
+where
+    T: Send,
+    H: Fn(T) + Sync + Send,
+    C: FnOnce() -> R,
+{
+    pool.in_place_scope(|scope| {
         let helper = &helper;
         for value in each {
             scope.spawn(move |_| helper(value));
         }
         std::thread::yield_now();
         caller()
-    }))
+    })
 }
 
 #[cfg(test)]
