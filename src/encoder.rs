@@ -382,10 +382,10 @@ impl Encoder {
 
     fn encode_spilling<S: Spill>(&self, text: &str, policy: &SpecialPolicy, out: &mut Vec<Rank>, scratch: &mut Scratch, spill: &mut S) -> Result<usize> {
         let matches = self.specials.find(text, policy);
-        if matches.is_empty() && policy.extra_disallowed.is_empty() {
+        if matches.is_empty() && policy.extra_disallowed.is_empty() && !self.specials.disallows_empty(policy) {
             return self.encode_ordinary_spilling(text, out, scratch, spill);
         }
-        SpecialMatcher::check_disallowed(text, &matches, policy)?;
+        self.specials.check_disallowed(text, &matches, policy)?;
         let mut start = 0;
         let mut last = 0;
         for m in matches.iter().filter(|m| policy.is_allowed(m.id)) {
@@ -456,7 +456,7 @@ impl Encoder {
         if let Some(p) = policy {
             // Only a text that may be cut needs its special tokens looked for here first;
             // `encode` looks for them itself.
-            if !cut || !p.extra_disallowed.is_empty() || !self.specials.find(text, p).is_empty() {
+            if !cut || !p.extra_disallowed.is_empty() || self.specials.disallows_empty(p) || !self.specials.find(text, p).is_empty() {
                 return self.encode_into(text, p, out, &mut Scratch::default()).map(|_| ());
             }
         }

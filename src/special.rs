@@ -75,14 +75,24 @@ pub struct SpecialMatch {
 }
 
 /// Finds every occurrence of every special token (overlapping ones included).
+///
+/// A special token that is the empty string occurs nowhere as far as splitting goes: an
+/// allowed one never becomes a token (tiktoken loops forever there). But tiktoken's check
+/// for disallowed tokens, a regex search, finds an empty one at the start of every text,
+/// so a call that disallows it fails whatever the text, and so does one here
+/// ([`SpecialMatcher::check_disallowed`]).
 pub struct SpecialMatcher {
     automaton: Option<AhoCorasick>,
     ids: Vec<Rank>,
+    /// The ids of the special tokens that are the empty string.
+    empty: Vec<Rank>,
 }
 
 impl SpecialMatcher {
     pub fn new<'a>(tokens: impl IntoIterator<Item = (&'a str, Rank)>) -> Result<Self> {
-        let (texts, ids): (Vec<&str>, Vec<Rank>) = tokens.into_iter().filter(|(t, _)| !t.is_empty()).unzip();
+        let (empty, tokens): (Vec<(&str, Rank)>, Vec<(&str, Rank)>) = tokens.into_iter().partition(|(t, _)| t.is_empty());
+        let empty = empty.into_iter().map(|(_, id)| id).collect();
+        let (texts, ids): (Vec<&str>, Vec<Rank>) = tokens.into_iter().unzip();
         let automaton = if texts.is_empty() {
             None
         } else {
@@ -93,7 +103,7 @@ impl SpecialMatcher {
                     .map_err(|e| Error::InvalidVocabulary(format!("special tokens: {e}")))?,
             )
         };
-        Ok(Self { automaton, ids })
+        Ok(Self { automaton, ids, empty })
     }
 
     /// Occurrences sorted by start, longest first at the same start.
@@ -111,8 +121,20 @@ impl SpecialMatcher {
         v
     }
 
-    /// Fails with the leftmost disallowed special token (or disallowed extra string) in `text`.
-    pub fn check_disallowed(text: &str, matches: &[SpecialMatch], policy: &SpecialPolicy) -> Result<()> {
+    /// Whether `policy` disallows the empty string, as a special token or as an extra
+    /// string: then every text holds a disallowed token, at its start.
+    #[inline]
+    pub fn disallows_empty(&self, policy: &SpecialPolicy) -> bool {
+        self.empty.iter().any(|&id| policy.is_disallowed(id)) || policy.extra_disallowed.iter().any(String::is_empty)
+    }
+
+    /// Fails with the leftmost disallowed special token (or disallowed extra string) in
+    /// `text` (`matches`: what [`SpecialMatcher::find`] found there under `policy`). A
+    /// disallowed empty string is found at the start of every text, as tiktoken finds it.
+    pub fn check_disallowed(&self, text: &str, matches: &[SpecialMatch], policy: &SpecialPolicy) -> Result<()> {
+        if self.disallows_empty(policy) {
+            return Err(Error::DisallowedSpecial(String::new()));
+        }
         let mut first: Option<(usize, usize)> =
             matches.iter().find(|m| policy.is_disallowed(m.id)).map(|m| (m.start, m.end));
         for extra in &policy.extra_disallowed {
@@ -152,12 +174,36 @@ mod tests {
         let text = "hi <|b|> and <|a|>";
         let mut p = SpecialPolicy::strict();
         let found = m.find(text, &p);
-        assert_eq!(SpecialMatcher::check_disallowed(text, &found, &p), Err(Error::DisallowedSpecial("<|b|>".into())));
+        assert_eq!(m.check_disallowed(text, &found, &p), Err(Error::DisallowedSpecial("<|b|>".into())));
         p.allowed = SpecialSet::Ids([2].into_iter().collect());
-        assert_eq!(SpecialMatcher::check_disallowed(text, &found, &p), Err(Error::DisallowedSpecial("<|a|>".into())));
+        assert_eq!(m.check_disallowed(text, &found, &p), Err(Error::DisallowedSpecial("<|a|>".into())));
         p.allowed = SpecialSet::All;
-        assert!(SpecialMatcher::check_disallowed(text, &found, &p).is_ok());
+        assert!(m.check_disallowed(text, &found, &p).is_ok());
         let p = SpecialPolicy { extra_disallowed: vec!["and".into()], ..SpecialPolicy::ordinary() };
-        assert_eq!(SpecialMatcher::check_disallowed(text, &[], &p), Err(Error::DisallowedSpecial("and".into())));
+        assert_eq!(m.check_disallowed(text, &[], &p), Err(Error::DisallowedSpecial("and".into())));
+    }
+
+    #[test]
+    fn an_empty_special_token_is_never_found_but_fails_every_text_that_disallows_it() {
+        let m = SpecialMatcher::new([("", 7), ("<|a|>", 1)]).unwrap();
+        assert_eq!(m.find("x<|a|>", &SpecialPolicy::allow_all()), vec![SpecialMatch { start: 1, end: 6, id: 1 }]);
+        let empty = Err(Error::DisallowedSpecial(String::new()));
+        for text in ["", "x", "x<|a|>"] {
+            let p = SpecialPolicy::strict();
+            assert_eq!(m.check_disallowed(text, &m.find(text, &p), &p), empty, "{text:?}");
+        }
+        // Allowed, or left out of the disallowed set: no error, and nothing found.
+        for p in [SpecialPolicy::allow_all(), SpecialPolicy::ordinary(), SpecialPolicy { disallowed: SpecialSet::Ids([1].into_iter().collect()), ..SpecialPolicy::ordinary() }] {
+            assert!(!m.disallows_empty(&p));
+            assert!(m.check_disallowed("x", &m.find("x", &p), &p).is_ok());
+        }
+        // Only the empty token disallowed: every text fails, even one holding another.
+        let p = SpecialPolicy { disallowed: SpecialSet::Ids([7].into_iter().collect()), ..SpecialPolicy::ordinary() };
+        assert_eq!(m.check_disallowed("<|a|>", &m.find("<|a|>", &p), &p), empty);
+        // An empty string disallowed as an extra (not a special token of the matcher).
+        let plain = SpecialMatcher::new([("<|a|>", 1)]).unwrap();
+        let p = SpecialPolicy { extra_disallowed: vec![String::new()], ..SpecialPolicy::ordinary() };
+        assert!(plain.disallows_empty(&p));
+        assert_eq!(plain.check_disallowed("x", &[], &p), empty);
     }
 }

@@ -461,3 +461,46 @@ def test_custom_encoding_without_eot():
     assert tm0.encode("<|endoftext|>") == tt0.encode("<|endoftext|>")
     assert tm0.encode("x", allowed_special="all") == tt0.encode("x", allowed_special="all")
     assert_same_outcome(lambda: tm0.eot_token, lambda: tt0.eot_token)
+
+
+def test_empty_special_token_fails_where_tiktoken_fails_and_never_hangs():
+    """An empty string among the special tokens (or in ``disallowed_special``): tiktoken's
+    check for disallowed tokens finds it at the start of every text, so every call that
+    disallows it raises ``ValueError``, as here. Where it is not disallowed, tiktoken's
+    split trips over the empty match: it loops forever when the empty token is allowed, and
+    can miss an allowed token at the start of the text. tokenmill never treats it as a
+    token: the ids are those of the same encoding without it."""
+    tm, tt = _custom_pair({"": 300, "<|sep|>": 301})
+    tm_ref, tt_ref = _custom_pair({"<|sep|>": 301})
+    texts = ["", "abc", "<|sep|>", "a<|sep|>b"]
+    for text in texts:
+        for kwargs in ({}, {"allowed_special": {"<|sep|>"}}, {"disallowed_special": {""}},
+                       {"disallowed_special": ()}, {"disallowed_special": {"<|sep|>"}},
+                       {"allowed_special": {"<|sep|>"}, "disallowed_special": ()},
+                       {"allowed_special": "all"}, {"allowed_special": {"", "<|sep|>"}}):
+            allowed = kwargs.get("allowed_special", set())
+            disallowed = kwargs.get("disallowed_special", "all")
+            empty_disallowed = "" in disallowed if disallowed != "all" else (allowed != "all" and "" not in allowed)
+            if empty_disallowed:
+                with pytest.raises(ValueError):  # (which token it names follows set order)
+                    tt.encode(text, **kwargs)
+                for method in ("encode", "encode_to_numpy", "encode_with_unstable", "count_tokens"):
+                    with pytest.raises(ValueError, match="disallowed special token ''"):
+                        getattr(tm, method)(text, **kwargs)
+                with pytest.raises(ValueError, match="disallowed special token ''"):
+                    tm.encode_batch(["ok", text], **kwargs)
+            else:
+                ref_allowed = allowed if allowed == "all" else set(allowed) - {""}
+                ref_disallowed = disallowed if disallowed == "all" else set(disallowed) - {""}
+                assert_same_outcome(lambda: tm.encode(text, **kwargs),
+                                    lambda: tt_ref.encode(text, allowed_special=ref_allowed,
+                                                          disallowed_special=ref_disallowed),
+                                    context=f"{text!r} {kwargs}")
+        assert tm.encode_ordinary(text) == tt.encode_ordinary(text)
+    assert tm.decode([300, 301]) == tt.decode([300, 301]) == "<|sep|>"
+    # An empty string disallowed in an encoding whose special tokens are all non-empty.
+    for text in ("", "abc"):
+        assert_same_outcome(lambda: tm_ref.encode(text, disallowed_special={""}),
+                            lambda: tt_ref.encode(text, disallowed_special={""}))
+        with pytest.raises(ValueError, match="disallowed special token ''"):
+            tm_ref.encode_batch(["x" * 300_000, text], disallowed_special={""}, num_threads=2)
