@@ -426,6 +426,26 @@ def test_invalid_pat_str_raises_value_error(pat):
         assert str(info.value), "the ValueError should carry the regex error"
 
 
+def test_where_tiktoken_panics_tokenmill_answers():
+    """Two inputs on which tiktoken 0.14 raises a ``PanicException`` from its Rust core: a
+    byte the vocabulary has no token for (tokenmill: ``ValueError`` naming the bytes) and
+    a pattern that matches the empty string (tokenmill: an empty match gives no token,
+    and the text between matches none, as everywhere)."""
+    kw = dict(name="no_b", pat_str=r".", mergeable_ranks={b"a": 0, b"c": 1}, special_tokens={})
+    tm = tokenmill.Encoding(**kw)
+    assert tm.encode("ac") == [0, 1]
+    for call in (lambda: tm.encode("abc"), lambda: tm.encode_ordinary("b"), lambda: tm.encode_batch(["a", "b"]),
+                 lambda: tm.count_tokens("b"), lambda: tm.encode_to_numpy("b")):
+        with pytest.raises(ValueError, match="cannot be encoded"):
+            call()
+    ranks = {bytes([i]): i for i in range(256)}
+    ranks[b"aa"] = 256
+    tm = tokenmill.Encoding(name="empty_matches", pat_str=r"a*", mergeable_ranks=ranks, special_tokens={})
+    assert tm.encode_ordinary("baab") == [256]
+    assert tm.encode_ordinary("") == tm.encode_ordinary("bbb") == []
+    assert tm.encode_ordinary("aaa") == [256, ord("a")]
+
+
 @pytest.mark.parametrize(
     "pat",
     [r"(\w)\1|\w|\s+", r"(?<=a)b|\w|\s+", r"(?>ab|a)|\w|\s+", r"a++b|\w|\s+", r"(?i)k+|\w|\s+",
