@@ -493,11 +493,12 @@ impl Encoder {
 
     /// How many trailing tokens may change if more text were appended: the last piece's
     /// tokens, extended backwards over whitespace-only tokens, since a regex split between
-    /// whitespace runs can disappear when text is added.
+    /// whitespace runs can disappear when text is added. Only mergeable tokens count as
+    /// whitespace: a special token (even one whose text is spaces) stays, as in tiktoken.
     fn unstable_len(&self, tokens: &[Rank], mut last: usize) -> usize {
         let all_space = |t: Rank| {
             self.vocab
-                .token_bytes(t)
+                .mergeable_bytes(t)
                 .is_some_and(|b| b.iter().all(|c| matches!(c, b' ' | b'\n' | b'\t')))
         };
         if last > 0 && all_space(tokens[tokens.len() - last]) {

@@ -354,6 +354,13 @@ impl Vocab {
         Some(&self.decode_bytes[start..start + len])
     }
 
+    /// The bytes of a mergeable token; `None` for an id that is only a special token's
+    /// (an id both, which decodes to its mergeable bytes, gives those).
+    pub fn mergeable_bytes(&self, id: Rank) -> Option<&[u8]> {
+        let bytes = self.token_bytes(id)?;
+        (!self.is_special(id) || self.rank(bytes) == Some(id)).then_some(bytes)
+    }
+
     /// Where a token's bytes are in `decode_bytes`, and how many.
     #[inline(always)]
     fn decode_span(&self, id: Rank) -> Option<(usize, usize)> {

@@ -504,3 +504,20 @@ def test_empty_special_token_fails_where_tiktoken_fails_and_never_hangs():
                             lambda: tt_ref.encode(text, disallowed_special={""}))
         with pytest.raises(ValueError, match="disallowed special token ''"):
             tm_ref.encode_batch(["x" * 300_000, text], disallowed_special={""}, num_threads=2)
+
+
+@pytest.mark.parametrize("specials,text,kwargs", [
+    ({"\n": 403, "<x": 404}, "é<|bx\n |>", {"allowed_special": {"\n"}}),
+    ({"\n ": 400, "é": 87}, ">é\n  ", {"allowed_special": {"\n "}, "disallowed_special": set()}),
+    ({" ": 400, "ab<": 402}, "||ab    \n", {"allowed_special": {" "}}),
+    ({"  ": 400}, "><|<|b\n  \n", {"allowed_special": "all", "disallowed_special": set()}),
+    ({" ": 401, "\nab": 402}, "<|x \n", {"allowed_special": "all"}),
+    ({" ": 401, "\nab": 402}, "<|x \n", {}),
+    ({"\t": 401}, "a\t \t", {"allowed_special": "all"}),
+])
+def test_encode_with_unstable_stops_at_a_special_token_of_spaces(specials, text, kwargs):
+    """The unstable tail runs back over tokens of spaces only while they are ordinary
+    tokens, as in tiktoken: an allowed special token whose text is whitespace is stable."""
+    tm, tt = _custom_pair(specials)
+    assert_same_outcome(lambda: tm.encode_with_unstable(text, **kwargs),
+                        lambda: tt.encode_with_unstable(text, **kwargs), normalize=unstable_key)
