@@ -173,3 +173,22 @@ def test_long_texts_from_several_threads_at_once(cl100k) -> None:
         arrays = list(pool.map(lambda k: tm.encode_to_numpy(texts[k]).tolist(), order))
     assert got == [alone[k] for k in order]
     assert arrays == [alone[k] for k in order]
+
+
+# Code whose lines often end in punctuation and begin with `/`: o200k's pattern makes
+# `}\n//` one piece (`[^\s\p{L}\p{N}]+[\r\n/]*`), so a text cut into chunks for several
+# threads must not be cut between such a newline and its slash.
+SLASHED = "int f(int x);\n// the next one\nstatic int y = 2;\n/* block */\nx = y;\n}\n//\nreturn;\n"
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "r50k_base", "p50k_base"])
+def test_a_long_text_cut_for_threads_gives_the_whole_texts_ids(get_pair, name: str) -> None:
+    tm, tt = get_pair(name)
+    text = SLASHED * (3_000_000 // len(SLASHED))
+    expected = tt.encode_ordinary(text)
+    for threads in (2, 4):
+        assert tm.encode_ordinary_batch([text], num_threads=threads)[0] == expected, threads
+        assert tm.encode_batch(["a", text, "b"], num_threads=threads)[1] == expected, threads
+        ids, offsets = tm.encode_batch_to_numpy([text, "c"], num_threads=threads)
+        assert ids[offsets[0]:offsets[1]].tolist() == expected, threads
+        assert tm.count_tokens_batch([text], num_threads=threads) == [len(expected)], threads
