@@ -12,11 +12,15 @@ the way the project checks each change to the engine before it lands:
   combining marks and emoji, from 1 to 70,000 characters;
 * a few random words repeated up to 20,000 times (so that the piece caches answer most
   pieces, including pieces of more than three tokens and of more than 15 bytes);
-* long runs of one character (letters, spaces, digits, line breaks: the run-by-run merge).
+* long runs of one character (letters, spaces, digits, line breaks: the run-by-run merge);
+* now and then a long text (0.6-1.5 million characters) of real documents joined, which a
+  batch on two threads cuts into chunks at line breaks and encodes in parallel.
 
-Each text goes to ``encode_ordinary`` alone or, in one case in five, in a batch of 4 or 16
-texts on two threads (``encode_ordinary_batch``, or, every other batch when numpy is
-installed, ``encode_batch_to_numpy`` with ``disallowed_special=()``); its ids must equal tiktoken's
+Each text goes to ``encode_ordinary`` alone, to ``encode_ordinary_batch`` alone on two
+threads (half the single texts: a long one is then cut into chunks) or, in one case in
+five, in a batch of 4 or 16 texts on two threads (``encode_ordinary_batch``, or, every
+other batch when numpy is installed, ``encode_batch_to_numpy`` with
+``disallowed_special=()``); its ids must equal tiktoken's
 ``encode_ordinary``, and ``decode_bytes`` of them must give the text's UTF-8 back. Every
 text is also counted (``count_tokens_ordinary`` alone, ``count_tokens_batch`` in a
 batch), and its count must be the number of tiktoken's ids. Every pretrained encoding
@@ -76,6 +80,17 @@ class Texts:
         glue = [" ", "", "\n", "  ", "."]
         return "".join(rng.choice(words) + rng.choice(glue) for _ in range(rng.randint(1, 20000)))
 
+    def long_spliced(self) -> str:
+        rng, parts, size = self.rng, [], 0
+        want = rng.randint(600_000, 1_500_000)
+        while size < want:
+            d = rng.choice(self.documents)
+            a = rng.randrange(len(d) + 1)
+            part = d[a:a + rng.choice([2000, 20000, 200000])]
+            parts.append(part)
+            size += len(part) + 1
+        return "".join(parts)
+
     def run(self) -> str:
         rng = self.rng
         return rng.choice(["", " ", "a" * rng.randint(1, 300000), " " * rng.randint(1, 100000),
@@ -83,6 +98,8 @@ class Texts:
 
     def next(self) -> str:
         k = self.rng.random()
+        if k < 0.01 and self.documents:
+            return self.long_spliced()
         if k < 0.4 and self.documents:
             return self.spliced()
         if k < 0.7:
@@ -147,8 +164,10 @@ def main(argv: List[str]) -> int:
         reference, encoding = pairs[name]
         batch = [texts.next() for _ in range(rng.choice([1, 1, 1, 1, 4, 16]))]
         want = [reference.encode_ordinary(t) for t in batch]
-        if len(batch) == 1:
+        if len(batch) == 1 and rng.random() < 0.5:
             got = [encoding.encode_ordinary(batch[0])]
+        elif len(batch) == 1:
+            got = encoding.encode_ordinary_batch(batch, num_threads=2)
         elif arrays and batches % 2:
             ids, offsets = encoding.encode_batch_to_numpy(batch, num_threads=2, disallowed_special=())
             got = [ids[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
