@@ -636,6 +636,15 @@ def test_vocab_size_must_hold_bytes_and_specials(specials):
     assert enc.n_vocab == 256 + len(specials)
 
 
+def test_vocab_size_must_be_an_int():
+    np = pytest.importorskip("numpy")
+    docs = ["hello hello world"]
+    for bad in (300.0, 300.5, "300", None):
+        with pytest.raises(TypeError, match="vocab_size must be an int"):
+            train(docs, bad)
+    assert train(docs, np.int64(258)).n_vocab == train(docs, 258).n_vocab == 258
+
+
 def test_bad_special_tokens():
     with pytest.raises(ValueError):
         train(["abc"], 300, special_tokens=["<|a|>", "<|a|>"])

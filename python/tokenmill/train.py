@@ -13,6 +13,7 @@ on equal counts the smaller ``(left, right)`` id pair).
 
 from __future__ import annotations
 
+import operator
 import time
 import warnings
 from dataclasses import dataclass
@@ -162,6 +163,7 @@ class Trainer:
         Special tokens get the ids right after the learned tokens, in the order given.
 
         Raises:
+            TypeError: ``vocab_size`` is not an int.
             ValueError: ``vocab_size`` leaves no room for the 256 byte tokens and the
                 special tokens, a special token is empty or repeated, nothing was counted,
                 or the distinct spans are too many for the merge loop to index (their ids
@@ -173,7 +175,11 @@ class Trainer:
                 raise ValueError(f"special tokens must be non-empty strings, got {s!r}")
         if len(set(specials)) != len(specials):
             raise ValueError("special tokens must be distinct")
-        if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
+        try:
+            vocab_size = operator.index(vocab_size)  # an int, a numpy integer
+        except TypeError:
+            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}") from None
+        if vocab_size < 256 + len(specials):
             raise ValueError(
                 f"vocab_size must be at least 256 + {len(specials)} (the byte tokens and the special tokens), got {vocab_size}"
             )
