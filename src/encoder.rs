@@ -749,6 +749,38 @@ mod tests {
         }
     }
 
+    /// Every place `cut_points` may cut is a place where each standard pattern, run by
+    /// the regex engine tiktoken uses, ends a piece and starts the next as it would at the
+    /// start of a text: the pieces of the whole are those of the two parts. Checked on
+    /// random short texts over the characters that decide it, every place that qualifies
+    /// (chunks of one byte).
+    #[test]
+    fn cut_points_split_every_standard_pattern_where_it_splits_anyway() {
+        let alphabet = ["a", "B", "1", ".", "/", "\n", "\n", "\r", " ", "'", "s", "é", "\u{a0}", "!", "}", "\t"];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let texts: Vec<String> = (0..20_000).map(|_| (0..1 + next(12)).map(|_| alphabet[next(alphabet.len())]).collect()).collect();
+        let mut cuts_checked = 0;
+        for pattern in crate::scanner::Scanner::known_patterns() {
+            let re = fancy_regex::Regex::new(pattern).unwrap();
+            let pieces = |t: &str| -> Vec<String> { re.find_iter(t).map(|m| m.unwrap().as_str().to_string()).collect() };
+            for text in &texts {
+                for c in cut_points(text, 1) {
+                    let mut parts = pieces(&text[..c]);
+                    parts.extend(pieces(&text[c..]));
+                    assert_eq!(parts, pieces(text), "pattern {pattern:?}, text {text:?} cut at {c}");
+                    cuts_checked += 1;
+                }
+            }
+        }
+        assert!(cuts_checked > 10_000, "{cuts_checked}");
+    }
+
     #[test]
     fn draining_hands_over_the_ids_of_a_whole_encoding_in_order() {
         let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
