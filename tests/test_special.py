@@ -521,3 +521,38 @@ def test_encode_with_unstable_stops_at_a_special_token_of_spaces(specials, text,
     tm, tt = _custom_pair(specials)
     assert_same_outcome(lambda: tm.encode_with_unstable(text, **kwargs),
                         lambda: tt.encode_with_unstable(text, **kwargs), normalize=unstable_key)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_special_tokens_and_policies_match_tiktoken(seed):
+    """Random special tokens (overlapping one another, spelled with regex metacharacters,
+    whitespace, non-ASCII, sharing ids with mergeable tokens) and random allowed/disallowed
+    sets, on random texts built from them: the same ids, or the same exception, as
+    tiktoken, from ``encode``, ``encode_with_unstable`` and ``encode_batch``. Left out: an
+    empty special token and two special tokens of which one begins the other (see
+    ``test_empty_special_token_...`` and the README: there tiktoken hangs or follows its
+    hash map's order)."""
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "<", ">", "|", " ", "\n", "é", "😀", "x", "ab", "<|", "|>", "\t", "*", "(", "1"]
+    specials = {}
+    for k in range(rng.randint(1, 4)):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
+        if any(s.startswith(t) or t.startswith(s) for t in specials):
+            continue
+        specials[s] = 300 + k if rng.random() < 0.85 else rng.randrange(256)
+    tm, tt = _custom_pair(specials)
+    pool = list(specials) + alphabet + [""]
+    for _ in range(25):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 10)))
+        sets = ["all", set(), set(rng.sample(pool, min(3, len(pool))))]
+        kwargs = {}
+        if rng.random() < 0.8:
+            kwargs["allowed_special"] = rng.choice(sets[:2] + [{s for s in sets[2] if s}])
+        if rng.random() < 0.8:
+            kwargs["disallowed_special"] = rng.choice(sets)
+        context = f"{text!r} {specials} {kwargs}"
+        assert_same_outcome(lambda: tm.encode(text, **kwargs), lambda: tt.encode(text, **kwargs), context=context)
+        assert_same_outcome(lambda: tm.encode_with_unstable(text, **kwargs),
+                            lambda: tt.encode_with_unstable(text, **kwargs), normalize=unstable_key, context=context)
+        assert_same_outcome(lambda: tm.encode_batch([text, "ab"], **kwargs),
+                            lambda: tt.encode_batch([text, "ab"], **kwargs), context=context)
