@@ -951,6 +951,10 @@ def print_cpu(libs, single, nbytes) -> None:
         print(row)
 
 
+#: Kinds of text with fewer bytes than this in a stream are marked in the table by kind.
+SMALL_KIND = 100_000
+
+
 def print_kinds(libs, single, texts, regime: str = "long") -> None:
     """One library per column: MB/s on each kind of text within the one-thread pass over
     ``regime`` (from per-document times; the caches warm across kinds as in the stream), and
@@ -977,7 +981,10 @@ def print_kinds(libs, single, texts, regime: str = "long") -> None:
         for lib in cols:
             v = size[k] / 1e6 / secs[lib][k] if secs[lib][k] else None
             row += f" {_fmt(v, 12)}" + ("" if lib == "tokenmill" else f" {_fmt(_ratio(tm, v), 5, 2)}")
-        print(row + f" {100 * secs['tokenmill'][k] / total_tm:>5.1f}%")
+        # (a kind the machine has little of, such as Go code from a few files, is timed
+        # over too little text for its ratios to mean much)
+        small = f"  ({size[k] / 1e3:.0f} kB: too little text to compare)" if size[k] < SMALL_KIND else ""
+        print(row + f" {100 * secs['tokenmill'][k] / total_tm:>5.1f}%" + small)
 
 
 def _row_against_own(name, lib, results, single, nbytes, texts, mode: str, notes: List[str]) -> str:

@@ -145,3 +145,23 @@ def test_callgrind_counts_of_the_same_work_are_the_same_and_only_inside_the_func
     # calls (start-up, imports) is counted.
     assert figures[0] > 0 and abs(figures[0] - figures[1]) <= figures[0] // 10_000, figures
     assert 1.9 < figures[2] / figures[0] < 2.1, figures
+
+
+def test_kinds_with_little_text_are_marked_in_the_table_by_kind() -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(BENCHES)!r})
+        import encode_compare as ec
+        texts = {{"long": [("python", "a", "x" * 200_000), ("go", "b", "y" * 8_000)]}}
+        single = {{("tokenmill", "long"): {{"doc_seconds": [0.001, 0.0001]}},
+                   ("gigatoken", "long"): {{"doc_seconds": [0.002, 0.0002]}}}}
+        ec.print_kinds(["tokenmill", "gigatoken"], single, texts)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ") and "%" in line}
+    assert "too little text" in rows["Go"] and "8 kB" in rows["Go"]
+    assert "too little text" not in rows["Python"]
+    assert rows["Python"].split()[-2] == "2.00"  # x: tokenmill's 200 MB/s over 100
