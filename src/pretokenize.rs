@@ -158,6 +158,14 @@ impl FastSplitter {
             .iter()
             .find(|(p, _)| *p == prefix)
             .map_or(prefix, |(_, free)| free);
+        // A possessive quantifier (`x?+`, `x++`, `x{1,3}+`), which fancy-regex honours,
+        // is accepted by regex-syntax too, but as a repetition of a repetition: `x?+` as
+        // `(x?)+`, that is `x*`, and `\p{N}{1,3}+` as `\p{N}+`, which match other text. A
+        // prefix with one (other than the standard prefixes above, rewritten without
+        // theirs) is left to fancy-regex.
+        if has_stacked_repetition(prefix) {
+            return None;
+        }
         let prefix_re = MetaRegex::new(prefix).ok()?;
         let search = MetaRegex::new(&format!(r"(?:{prefix})|\s+")).ok()?;
         // A pattern that can match the empty string is left to fancy-regex.
@@ -202,6 +210,23 @@ impl FastSplitter {
         }
         Ok(())
     }
+}
+
+/// Whether `pattern` has a quantifier applied straight to another (`a++`, `a?+`,
+/// `a{1,3}+`, not `(a+)+`): how a possessive quantifier parses in regex-syntax. A pattern
+/// regex-syntax cannot parse has none as far as this goes (compiling it fails anyway).
+fn has_stacked_repetition(pattern: &str) -> bool {
+    use regex_syntax::ast::Ast;
+    fn stacked(ast: &Ast) -> bool {
+        match ast {
+            Ast::Repetition(r) => matches!(*r.ast, Ast::Repetition(_)) || stacked(&r.ast),
+            Ast::Group(g) => stacked(&g.ast),
+            Ast::Alternation(a) => a.asts.iter().any(stacked),
+            Ast::Concat(c) => c.asts.iter().any(stacked),
+            _ => false,
+        }
+    }
+    regex_syntax::ast::parse::Parser::new().parse(pattern).is_ok_and(|ast| stacked(&ast))
 }
 
 /// Whether `text[start..end]` is entirely whitespace (Unicode `White_Space`, as `\s`).
@@ -361,6 +386,39 @@ mod tests {
         assert!(!s.is_fast());
         assert_eq!(s.pieces("abx").unwrap(), vec!["ab", "x"]);
         assert!(matches!(Splitter::new("(unclosed"), Err(Error::InvalidPattern { .. })));
+    }
+
+    /// Patterns with the standard whitespace tail that are not standard themselves: with
+    /// possessive quantifiers they run on fancy-regex (regex-syntax would take `x?+` for
+    /// `(x?)+`), without them on the DFA; either way split as fancy-regex splits.
+    #[test]
+    fn other_patterns_with_the_whitespace_tail_split_as_fancy_regex_does() {
+        let possessive = [
+            // cl100k's modern spelling with other digit groups, and variations
+            r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,4}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+            r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,2}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s",
+            r" ?\p{L}++| ?\p{N}{1,3}+| ?[^\s\p{L}\p{N}]*+\.|\s+(?!\S)|\s+",
+        ];
+        let plain = [
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+            r"[\p{L}+?*]+|\p{N}{1,4}|\(\+\)+|\p{N}+?|\s+(?!\S)|\s+",
+        ];
+        let texts = [
+            "😀22  😀/.中a中B's!?", "  é\u{2028}\r\n a\u{a0}B", "\u{301}\r\n x!?'s", "1234567 89 ++ (+)(+) a+b?",
+            "x   !?'LL Д\t\t.", "'s's 'LL\n\n  \n", "a\u{3000}\u{3000}'LLД",
+        ];
+        for (patterns, engine) in [(&possessive[..], "fancy-regex"), (&plain[..], "dfa")] {
+            for p in patterns {
+                let s = Splitter::new(p).unwrap();
+                assert_eq!(s.engine(), engine, "{p}");
+                let reference = Splitter::new_reference(p).unwrap();
+                for t in texts {
+                    assert_eq!(s.pieces(t).unwrap(), reference.pieces(t).unwrap(), "{p} on {t:?}");
+                }
+            }
+        }
+        assert!(has_stacked_repetition("a++") && has_stacked_repetition("(?:b|a?+)") && has_stacked_repetition("x{1,3}+"));
+        assert!(!has_stacked_repetition(r"(a+)+") && !has_stacked_repetition(r"\p{N}+") && !has_stacked_repetition(r"[+?]+\++"));
     }
 
     #[test]

@@ -465,6 +465,29 @@ def test_pattern_features_tiktoken_supports(pat):
         assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
 
 
+@pytest.mark.parametrize(
+    "pat",
+    [r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,4}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+     r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,2}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s",
+     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    ids=["cl100k_possessive_digits4", "cl100k_possessive_digits2", "qwen2_like"],
+)
+def test_variants_of_the_standard_patterns_split_as_tiktoken(pat):
+    """Patterns with the standard whitespace tail that no scanner knows: with possessive
+    quantifiers (fancy-regex's, which the DFA's regex syntax would read as a repetition
+    of a repetition: `x?+` as `x*`) or without. Random text over the characters their
+    rules tell apart."""
+    base = tiktoken.get_encoding("cl100k_base")
+    kw = dict(name="variant", pat_str=pat, mergeable_ranks=base._mergeable_ranks, special_tokens={})
+    tm, tt = tokenmill.Encoding(**kw), tiktoken.Encoding(**kw)
+    rng = random.Random(7)
+    alphabet = ["a", "B", "1", "22", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", ".", "/", "é", "Д", "中",
+                "😀", "\u00a0", "\u2028", "\u3000", " x", "\u0301", "!?"]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+        assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
+
+
 # ----------------------------------------------------------------------------------------
 # Argument types
 # ----------------------------------------------------------------------------------------
