@@ -160,10 +160,12 @@ impl FastSplitter {
             .map_or(prefix, |(_, free)| free);
         // A possessive quantifier (`x?+`, `x++`, `x{1,3}+`), which fancy-regex honours,
         // is accepted by regex-syntax too, but as a repetition of a repetition: `x?+` as
-        // `(x?)+`, that is `x*`, and `\p{N}{1,3}+` as `\p{N}+`, which match other text. A
-        // prefix with one (other than the standard prefixes above, rewritten without
-        // theirs) is left to fancy-regex.
-        if has_stacked_repetition(prefix) {
+        // `(x?)+`, that is `x*`, and `\p{N}{1,3}+` as `\p{N}+`, which match other text. And
+        // a bare flag directive such as `(?U)` holds to the end of the whole pattern, tail
+        // included, where the DFA's search scopes it to `P`. A prefix with either (other
+        // than the standard prefixes above, rewritten without their possessives) is left
+        // to fancy-regex.
+        if splits_otherwise_on_the_dfa(prefix) {
             return None;
         }
         let prefix_re = MetaRegex::new(prefix).ok()?;
@@ -212,21 +214,25 @@ impl FastSplitter {
     }
 }
 
-/// Whether `pattern` has a quantifier applied straight to another (`a++`, `a?+`,
-/// `a{1,3}+`, not `(a+)+`): how a possessive quantifier parses in regex-syntax. A pattern
-/// regex-syntax cannot parse has none as far as this goes (compiling it fails anyway).
-fn has_stacked_repetition(pattern: &str) -> bool {
+/// Whether the prefix `pattern`, searched as `(?:pattern)|\s+` by the DFA, could split
+/// otherwise than the whole pattern does on fancy-regex: it has a quantifier applied
+/// straight to another (`a++`, `a?+`, `a{1,3}+`, not `(a+)+`), which is how a possessive
+/// quantifier parses in regex-syntax, or a bare flag directive (`(?U)`, not `(?U:...)`),
+/// which in the whole pattern holds for the whitespace tail too. A pattern regex-syntax
+/// cannot parse has neither as far as this goes (compiling it fails anyway).
+fn splits_otherwise_on_the_dfa(pattern: &str) -> bool {
     use regex_syntax::ast::Ast;
-    fn stacked(ast: &Ast) -> bool {
+    fn otherwise(ast: &Ast) -> bool {
         match ast {
-            Ast::Repetition(r) => matches!(*r.ast, Ast::Repetition(_)) || stacked(&r.ast),
-            Ast::Group(g) => stacked(&g.ast),
-            Ast::Alternation(a) => a.asts.iter().any(stacked),
-            Ast::Concat(c) => c.asts.iter().any(stacked),
+            Ast::Repetition(r) => matches!(*r.ast, Ast::Repetition(_)) || otherwise(&r.ast),
+            Ast::Flags(_) => true,
+            Ast::Group(g) => otherwise(&g.ast),
+            Ast::Alternation(a) => a.asts.iter().any(otherwise),
+            Ast::Concat(c) => c.asts.iter().any(otherwise),
             _ => false,
         }
     }
-    regex_syntax::ast::parse::Parser::new().parse(pattern).is_ok_and(|ast| stacked(&ast))
+    regex_syntax::ast::parse::Parser::new().parse(pattern).is_ok_and(|ast| otherwise(&ast))
 }
 
 /// Whether `text[start..end]` is entirely whitespace (Unicode `White_Space`, as `\s`).
@@ -389,8 +395,9 @@ mod tests {
     }
 
     /// Patterns with the standard whitespace tail that are not standard themselves: with
-    /// possessive quantifiers they run on fancy-regex (regex-syntax would take `x?+` for
-    /// `(x?)+`), without them on the DFA; either way split as fancy-regex splits.
+    /// possessive quantifiers (regex-syntax would take `x?+` for `(x?)+`) or a bare flag
+    /// they run on fancy-regex, otherwise on the DFA; either way split as fancy-regex
+    /// splits.
     #[test]
     fn other_patterns_with_the_whitespace_tail_split_as_fancy_regex_does() {
         let possessive = [
@@ -398,6 +405,8 @@ mod tests {
             r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,4}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
             r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,2}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s",
             r" ?\p{L}++| ?\p{N}{1,3}+| ?[^\s\p{L}\p{N}]*+\.|\s+(?!\S)|\s+",
+            // (a bare flag: here lazy quantifiers for the whitespace tail too)
+            r"(?U)\p{L}+|\p{N}+|\s+(?!\S)|\s+",
         ];
         let plain = [
             r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
@@ -417,8 +426,12 @@ mod tests {
                 }
             }
         }
-        assert!(has_stacked_repetition("a++") && has_stacked_repetition("(?:b|a?+)") && has_stacked_repetition("x{1,3}+"));
-        assert!(!has_stacked_repetition(r"(a+)+") && !has_stacked_repetition(r"\p{N}+") && !has_stacked_repetition(r"[+?]+\++"));
+        for p in ["a++", "(?:b|a?+)", "x{1,3}+", "(?U)a+", "b|(?i)a"] {
+            assert!(splits_otherwise_on_the_dfa(p), "{p}");
+        }
+        for p in [r"(a+)+", r"\p{N}+", r"[+?]+\++", r"(?i:'s|'t)|\p{L}+", r"(?U:a+)b"] {
+            assert!(!splits_otherwise_on_the_dfa(p), "{p}");
+        }
     }
 
     #[test]
