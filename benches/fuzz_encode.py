@@ -16,6 +16,11 @@ the way the project checks each change to the engine before it lands:
 * now and then a long text (0.6-1.5 million characters) of real documents joined, which a
   batch on two threads cuts into chunks at line breaks and encodes in parallel.
 
+A quarter of the texts go, instead of to a pretrained encoding, to one of a few variants
+of the standard patterns over cl100k_base's vocabulary (other digit groups, with and without
+possessive quantifiers, a GPT-2 split without contractions), which no scanner knows: they
+run on the DFA or on fancy-regex (``--no-variants`` leaves them out).
+
 Each text goes to ``encode_ordinary`` alone, to ``encode_ordinary_batch`` alone on two
 threads (half the single texts: a long one is then cut into chunks) or, in one case in
 five, in a batch of 4 or 16 texts on two threads (``encode_ordinary_batch``, or, every
@@ -47,6 +52,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import encode_compare as ec  # noqa: E402
 
 ENCODINGS = ["cl100k_base", "o200k_base", "r50k_base", "p50k_base"]
+
+#: Variants of the standard patterns (name: pattern), each with cl100k_base's vocabulary:
+#: none has a scanner, so each runs on the DFA or, with a possessive quantifier, on
+#: fancy-regex.
+VARIANTS = {
+    "cl100k~digits4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,4}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    "cl100k~digits1": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",
+    "qwen2-like": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    "o200k~digits2": (
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+        r"""\p{N}{1,2}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    ),
+    "gpt2~no-contractions": r""" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+}
 
 RANGES = [(0x20, 0x7F), (0xA0, 0x250), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF), (0x900, 0x97F),
           (0x3040, 0x30FF), (0x4E00, 0x4E80), (0xAC00, 0xAC40)]
@@ -125,6 +145,8 @@ def main(argv: List[str]) -> int:
                         help="MB of real documents to cut fragments from (0: none)")
     parser.add_argument("--encodings", nargs="+", default=ENCODINGS)
     parser.add_argument("--out", default=tempfile.gettempdir(), help="where a failing text is written")
+    parser.add_argument("--no-variants", action="store_true",
+                        help="only the pretrained encodings, not the variants of their patterns")
     args = parser.parse_args(argv)
 
     import tiktoken
@@ -148,7 +170,14 @@ def main(argv: List[str]) -> int:
     rng = random.Random(args.seed)
     texts = Texts(rng, documents)
     names = sorted(pairs)
-    print(f"seed {args.seed}, {args.seconds:.0f} s, encodings {', '.join(names)}, "
+    variants: List[str] = []
+    if not args.no_variants and "cl100k_base" in pairs:
+        ranks = pairs["cl100k_base"][0]._mergeable_ranks
+        for vname, pattern in VARIANTS.items():
+            kw = dict(name=vname, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+            pairs[vname] = (tiktoken.Encoding(**kw), tokenmill.Encoding(**kw))
+            variants.append(vname)
+    print(f"seed {args.seed}, {args.seconds:.0f} s, encodings {', '.join(names + variants)}, "
           f"{len(documents):,} real documents")
 
     try:
@@ -160,7 +189,7 @@ def main(argv: List[str]) -> int:
     start = last = time.monotonic()
     count = chars = batches = 0
     while time.monotonic() - start < args.seconds:
-        name = rng.choice(names)
+        name = rng.choice(variants) if variants and rng.random() < 0.25 else rng.choice(names)
         reference, encoding = pairs[name]
         batch = [texts.next() for _ in range(rng.choice([1, 1, 1, 1, 4, 16]))]
         want = [reference.encode_ordinary(t) for t in batch]
