@@ -80,6 +80,14 @@ pub(crate) fn merge_runs(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo:
         next.clear();
         if inner {
             let t = runs[at].0;
+            // tiktoken pairs a run's tokens from the left one merge at a time, so after its
+            // first merge the new token `T` stands before a `t` (`T t t ...`). Should `T t`
+            // rank below `T`, tiktoken merges it next, which this round would not. (When
+            // the run is odd, `T t` is left at its end and the next round sees it; when it
+            // is even, only this check does.)
+            if runs.iter().any(|&(u, c)| u == t && c >= 3) && rank(best, t) <= best {
+                return Ok(false);
+            }
             for &(u, c) in &runs {
                 if u == t && c >= 2 {
                     next.push((best, c / 2));
@@ -179,6 +187,32 @@ mod tests {
             }
         }
         assert!(taken > 2000, "only {taken} cases took the run path");
+    }
+
+    /// A vocabulary that BPE training would not make: `ccc` ranks before `cc`, so in a run
+    /// of `c` tiktoken merges `cc c` as soon as the first `cc` is made. The run path must
+    /// then decline (or agree) for every length, even and odd.
+    #[test]
+    fn a_pair_made_inside_a_run_that_ranks_lower_is_not_missed() {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        ranks.insert(b"ccc".to_vec(), 256);
+        ranks.insert(b"cc".to_vec(), 257);
+        ranks.insert(b"cccccc".to_vec(), 258);
+        let v = Vocab::new(ranks, vec![]).unwrap();
+        let mut s = Scratch::default();
+        for len in 2..300 {
+            for piece in [vec![b'c'; len], [b"ab".to_vec(), vec![b'c'; len], b"ba".to_vec()].concat()] {
+                let mut want = Vec::new();
+                merge_long(&v, &piece, &mut want, &mut s, None).unwrap();
+                let mut got = Vec::new();
+                if merge_runs(&v, &piece, &mut got, None).unwrap() {
+                    assert_eq!(got, want, "{len}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -426,6 +426,21 @@ def test_invalid_pat_str_raises_value_error(pat):
         assert str(info.value), "the ValueError should carry the regex error"
 
 
+def test_long_runs_with_a_vocabulary_bpe_would_not_train():
+    """A vocabulary whose ranks no BPE training gives (`ccc` before `cc`, `bb` after
+    `bbbb`): in a long run, tiktoken merges the pair a merge just made before the next
+    pair of the run. Long pieces of a few runs take a path that merges a whole rank at a
+    time, and must decline it there."""
+    ranks = {bytes([i]): i for i in range(256)}
+    for tok in (b"ccc", b"cc", b"cccccc", b"bbbb", b"bb", b"cb", b"bc"):
+        ranks[tok] = len(ranks)
+    kw = dict(name="non_bpe", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={})
+    tm, tt = tokenmill.Encoding(**kw), tiktoken.Encoding(**kw)
+    for n in (2, 3, 4, 127, 128, 129, 130, 131, 1000, 4096, 100_001):
+        for text in ("c" * n, "b" * n, "c" * n + "b" * (n // 2 + 1), "a" + "c" * n + "bbb"):
+            assert tm.encode_ordinary(text) == tt.encode_ordinary(text), (n, text[:8])
+
+
 def test_where_tiktoken_panics_tokenmill_answers():
     """Two inputs on which tiktoken 0.14 raises a ``PanicException`` from its Rust core: a
     byte the vocabulary has no token for (tokenmill: ``ValueError`` naming the bytes) and
