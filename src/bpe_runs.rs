@@ -139,19 +139,15 @@ mod tests {
     /// A vocabulary trained the BPE way on a small alphabet (ranks in merge order), so
     /// that long runs have many merge levels.
     fn vocab() -> Vocab {
-        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
-        for b in 0..=255u8 {
-            ranks.insert(vec![b], b as Rank);
-        }
-        let mut next = 256;
-        let mut add = |s: &[u8]| {
-            if !ranks.contains_key(s) {
-                ranks.insert(s.to_vec(), next);
-                next += 1;
-            }
-        };
-        for s in [&b"  "[..], b"aa", b"    ", b"aaaa", b"a ", b"  a", b"ab", b"aaa", b"        ", b"aaaaaaaa", b"ba", b"abab", b"   "] {
-            add(s);
+        with_bytes(&[b"  ", b"aa", b"    ", b"aaaa", b"a ", b"  a", b"ab", b"aaa", b"        ", b"aaaaaaaa", b"ba", b"abab", b"   "])
+    }
+
+    /// The 256 bytes, then `tokens` ranked in the order given.
+    fn with_bytes(tokens: &[&[u8]]) -> Vocab {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
+        for t in tokens {
+            let next = ranks.len() as Rank;
+            ranks.entry(t.to_vec()).or_insert(next);
         }
         Vocab::new(ranks, vec![]).unwrap()
     }
@@ -194,14 +190,7 @@ mod tests {
     /// then decline (or agree) for every length, even and odd.
     #[test]
     fn a_pair_made_inside_a_run_that_ranks_lower_is_not_missed() {
-        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
-        for b in 0..=255u8 {
-            ranks.insert(vec![b], b as Rank);
-        }
-        ranks.insert(b"ccc".to_vec(), 256);
-        ranks.insert(b"cc".to_vec(), 257);
-        ranks.insert(b"cccccc".to_vec(), 258);
-        let v = Vocab::new(ranks, vec![]).unwrap();
+        let v = with_bytes(&[b"ccc", b"cc", b"cccccc"]);
         let mut s = Scratch::default();
         for len in 2..300 {
             for piece in [vec![b'c'; len], [b"ab".to_vec(), vec![b'c'; len], b"ba".to_vec()].concat()] {
