@@ -503,6 +503,20 @@ def test_variants_of_the_standard_patterns_split_as_tiktoken(pat):
         assert_ids_equal(tm.encode_ordinary(text), tt.encode_ordinary(text), text, tt)
 
 
+def test_random_patterns_split_as_tiktoken(cl100k):
+    """Split patterns made at random by `benches/fuzz_patterns.py` (branches of classes
+    under greedy, lazy, possessive and bounded quantifiers, look-aheads, flag groups and
+    directives, contractions, then a whitespace tail): each runs on the DFA or on
+    fancy-regex, whichever tokenmill picks, and must give tiktoken's ids through
+    `encode_ordinary`, a two-thread batch and a two-thread count, or be refused as tiktoken
+    refuses it. Fifty patterns of a fixed seed; the script runs any number."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benches", "fuzz_patterns.py")
+    done = subprocess.run([sys.executable, script, "--patterns", "50", "--texts", "40", "--seed", "20261129"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("50 patterns, 2,000 texts, all equal"), done.stdout
+
+
 # ----------------------------------------------------------------------------------------
 # Argument types
 # ----------------------------------------------------------------------------------------
