@@ -18,7 +18,7 @@ makes such patterns at random and compares each with tiktoken:
 
 each over cl100k_base's vocabulary and random texts of letters in both cases and in
 several scripts, titlecase letters, modifier letters, digits, combining marks, emoji,
-contractions, slashes, and every kind of whitespace and line break.
+contractions, slashes, and whitespace and line breaks of ten kinds.
 
 For each pattern: if tiktoken refuses it, tokenmill must refuse it with the same exception
 type; otherwise every text's ``encode_ordinary`` must give tiktoken's ids (texts on which
