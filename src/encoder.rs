@@ -101,7 +101,7 @@ impl Encoder {
         // for a piece that gets no key here: one longer than INLINE_MAX, or within 16
         // bytes of the text's end) and that key's slot, and the processor is asked to
         // bring the slot into its caches. The second probes the slots in turn: most pieces
-        // are answered by that one probe, and the first level (2 MiB) is larger than a
+        // are answered by that one probe, and the first level (8 MiB) is larger than a
         // core's L2 cache, so without the prefetch each probe waited for memory in turn
         // (the prefetch made the warm pass 1.09-1.14x from Python). Hashing the key again
         // for the probe cost 4% more instructions (cachegrind) and 0.97x on the warm pass.

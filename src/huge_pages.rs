@@ -1,7 +1,7 @@
 //! Asking the kernel to back a large, long-lived buffer with huge pages. Used where a
-//! loop reads such a buffer at random places (the trainer's span store): with 4 KiB pages,
-//! nearly every visit needs a page walk as well as the line, since the processor's TLB
-//! covers a few megabytes at most.
+//! loop reads such a buffer at random places (the trainer's span store, the encoder's
+//! first-level piece cache): with 4 KiB pages, nearly every visit needs a page walk as well
+//! as the line, since the processor's TLB covers a few megabytes at most.
 
 /// Where the system lets a program ask (Linux's transparent huge pages in their `madvise`
 /// or `always` mode), asks for huge pages under the whole 2 MiB blocks of `buf`'s
@@ -52,5 +52,132 @@ unsafe impl allocator_api2::alloc::Allocator for HugePageTables {
         // SAFETY: `ptr` was allocated by `allocate` above, that is by the global allocator
         // with this layout.
         unsafe { allocator_api2::alloc::Global.deallocate(ptr, layout) }
+    }
+}
+
+/// A fixed-size table that starts all zero, on memory of its own: on Linux a private
+/// mapping that starts on a 2 MiB boundary and is advised for huge pages (so that a few
+/// TLB entries cover a table of megabytes), elsewhere the global allocator's zeroed
+/// memory. Every page is written once when the table is made, so that its page faults are
+/// taken then, not by the first lookups. Owns its table as a `Box` would.
+pub struct ZeroedTable<A> {
+    table: std::ptr::NonNull<A>,
+}
+
+// SAFETY: the table is owned by this value alone, as a `Box<A>`'s contents are.
+unsafe impl<A: Send> Send for ZeroedTable<A> {}
+// SAFETY: as above; shared access hands out only `&A`.
+unsafe impl<A: Sync> Sync for ZeroedTable<A> {}
+
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize).max(4096)
+}
+
+/// Huge pages are this size (x86-64, and arm64 with 4 KiB pages); where they are larger or
+/// absent, the advice is ignored or covers less of the table, and nothing else changes.
+const HUGE: usize = 2 << 20;
+
+impl<A> ZeroedTable<A> {
+    /// A new table with every byte zero.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid `A` (integers, atomics and arrays of them are).
+    pub unsafe fn new_zeroed() -> Self {
+        let layout = std::alloc::Layout::new::<A>();
+        assert!(layout.size() > 0 && layout.align() <= 4096, "a table of bytes, page-aligned at most");
+        #[cfg(target_os = "linux")]
+        {
+            let page = page_size();
+            let len = layout.size().next_multiple_of(page);
+            // Mapped with room to start on a 2 MiB boundary, then the room cut away.
+            // SAFETY: a new private mapping, seen by no one else until this returns.
+            unsafe {
+                let map = libc::mmap(std::ptr::null_mut(), len + HUGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                if map == libc::MAP_FAILED {
+                    std::alloc::handle_alloc_error(layout);
+                }
+                let start = (map as usize).next_multiple_of(HUGE);
+                let end = map as usize + len + HUGE;
+                if start > map as usize {
+                    libc::munmap(map, start - map as usize);
+                }
+                if end > start + len {
+                    libc::munmap((start + len) as *mut libc::c_void, end - start - len);
+                }
+                libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+                // A fresh mapping reads as zeros; writing one to each page maps them now
+                // (a whole huge page at the first write into it, where the advice holds).
+                for at in (start..start + len).step_by(page) {
+                    std::ptr::write_volatile(at as *mut u8, 0);
+                }
+                Self { table: std::ptr::NonNull::new_unchecked(start as *mut A) }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            // SAFETY: the layout has a size (asserted above).
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let Some(table) = std::ptr::NonNull::new(p.cast::<A>()) else { std::alloc::handle_alloc_error(layout) };
+            Self { table }
+        }
+    }
+}
+
+impl<A> std::ops::Deref for ZeroedTable<A> {
+    type Target = A;
+
+    #[inline(always)]
+    fn deref(&self) -> &A {
+        // SAFETY: the table is valid (all zero when made, the caller's promise) and lives
+        // as long as `self`.
+        unsafe { self.table.as_ref() }
+    }
+}
+
+impl<A> Drop for ZeroedTable<A> {
+    fn drop(&mut self) {
+        // SAFETY: the table is dropped in place once, then its memory given back exactly
+        // as it was taken.
+        unsafe {
+            std::ptr::drop_in_place(self.table.as_ptr());
+            #[cfg(target_os = "linux")]
+            libc::munmap(self.table.as_ptr().cast(), std::mem::size_of::<A>().next_multiple_of(page_size()));
+            #[cfg(not(target_os = "linux"))]
+            std::alloc::dealloc(self.table.as_ptr().cast(), std::alloc::Layout::new::<A>());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ZeroedTable;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn a_zeroed_table_is_zero_writable_and_given_back() {
+        for round in 0..40u64 {
+            // SAFETY: zero is a valid AtomicU64.
+            let t: ZeroedTable<[AtomicU64; 1 << 19]> = unsafe { ZeroedTable::new_zeroed() };
+            assert!(t.iter().all(|x| x.load(Ordering::Relaxed) == 0));
+            #[cfg(target_os = "linux")]
+            assert_eq!(t.as_ptr() as usize % super::HUGE, 0, "starts on a 2 MiB boundary");
+            for (i, x) in t.iter().enumerate().step_by(511) {
+                x.store(i as u64 ^ round, Ordering::Relaxed);
+            }
+            for (i, x) in t.iter().enumerate() {
+                assert_eq!(x.load(Ordering::Relaxed), if i % 511 == 0 { i as u64 ^ round } else { 0 });
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_of_an_odd_size_keeps_its_last_bytes() {
+        // SAFETY: zero is a valid u8.
+        let t: ZeroedTable<[u8; 3 * 4096 + 5]> = unsafe { ZeroedTable::new_zeroed() };
+        assert_eq!(t.len(), 3 * 4096 + 5);
+        assert!(t.iter().all(|&b| b == 0));
+        assert_eq!(t[3 * 4096 + 4], 0);
     }
 }
