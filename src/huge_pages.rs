@@ -59,7 +59,9 @@ unsafe impl allocator_api2::alloc::Allocator for HugePageTables {
 /// mapping that starts on a 2 MiB boundary and is advised for huge pages (so that a few
 /// TLB entries cover a table of megabytes), elsewhere the global allocator's zeroed
 /// memory. Every page is written once when the table is made, so that its page faults are
-/// taken then, not by the first lookups. Owns its table as a `Box` would.
+/// taken then, not by the first lookups (where no huge page is free, the kernel may first
+/// compact memory for one, which can add milliseconds to making the table, once). Owns
+/// its table as a `Box` would.
 pub struct ZeroedTable<A> {
     table: std::ptr::NonNull<A>,
 }
@@ -170,6 +172,36 @@ mod tests {
                 assert_eq!(x.load(Ordering::Relaxed), if i % 511 == 0 { i as u64 ^ round } else { 0 });
             }
         }
+    }
+
+    /// The kernel's flags for the mapping that holds `addr`, from `/proc/self/smaps`.
+    #[cfg(target_os = "linux")]
+    fn mapping_flags(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-').filter(|(a, b)| a.len() >= 8 && b.chars().all(|c| c.is_ascii_hexdigit())) {
+                let (a, b) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+                inside = (a..b).contains(&addr);
+            } else if inside && line.starts_with("VmFlags:") {
+                return Some(line.to_string());
+            }
+        }
+        None
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_zeroed_table_is_advised_for_huge_pages() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            eprintln!("skipped: this kernel has no transparent huge pages");
+            return;
+        }
+        // SAFETY: zero is a valid u64.
+        let t: ZeroedTable<[u64; 1 << 20]> = unsafe { ZeroedTable::new_zeroed() };
+        let flags = mapping_flags(t.as_ptr() as usize).expect("the table's mapping is listed");
+        assert!(flags.split_whitespace().any(|f| f == "hg"), "no MADV_HUGEPAGE on the table: {flags}");
     }
 
     #[test]
