@@ -257,6 +257,10 @@ impl WidePieces {
     pub fn get(&self, key: u128, out: &mut Vec<Rank>) -> Option<usize> {
         let (i, tag) = Self::place(key);
         if self.tags[i].load(Ordering::Relaxed) != tag {
+            // Not here: the piece is about to be merged, and if it has more than
+            // MAX_TOKENS tokens, put in this slot, which is usually in no cache of the
+            // processor's. Brought in now, during the merge.
+            prefetch(&self.slots[i]);
             return None;
         }
         let s = &self.slots[i];
