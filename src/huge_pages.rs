@@ -16,7 +16,6 @@ pub fn advise<T>(buf: &mut Vec<T>) {
 fn advise_range(start: usize, len: usize) {
     #[cfg(target_os = "linux")]
     {
-        const HUGE: usize = 2 << 20;
         let (first, last) = (start.next_multiple_of(HUGE), (start + len) / HUGE * HUGE);
         if last > first {
             // SAFETY: the range lies inside an allocation of this process; the advice
@@ -79,6 +78,7 @@ fn page_size() -> usize {
 
 /// Huge pages are this size (x86-64, and arm64 with 4 KiB pages); where they are larger or
 /// absent, the advice is ignored or covers less of the table, and nothing else changes.
+#[cfg(target_os = "linux")]
 const HUGE: usize = 2 << 20;
 
 impl<A> ZeroedTable<A> {
@@ -88,7 +88,7 @@ impl<A> ZeroedTable<A> {
     /// All-zero bytes must be a valid `A` (integers, atomics and arrays of them are).
     pub unsafe fn new_zeroed() -> Self {
         let layout = std::alloc::Layout::new::<A>();
-        assert!(layout.size() > 0 && layout.align() <= 4096, "a table of bytes, page-aligned at most");
+        assert!(layout.size() > 0 && layout.align() <= 4096, "a table of some bytes, aligned to a page at most");
         #[cfg(target_os = "linux")]
         {
             let page = page_size();
@@ -108,7 +108,7 @@ impl<A> ZeroedTable<A> {
                 if end > start + len {
                     libc::munmap((start + len) as *mut libc::c_void, end - start - len);
                 }
-                libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+                advise_range(start, len);
                 // A fresh mapping reads as zeros; writing one to each page maps them now
                 // (a whole huge page at the first write into it, where the advice holds).
                 for at in (start..start + len).step_by(page) {
