@@ -36,7 +36,8 @@ pub struct ThreeByteTokens {
 impl ThreeByteTokens {
     /// The table of `tokens`, the `(bytes, rank)` of every three-byte token; `None` if they
     /// have more distinct two-byte prefixes than a group number can count (no real
-    /// vocabulary comes near 65,535).
+    /// vocabulary comes near 65,535) or if a string comes twice (the vocabulary then finds
+    /// it among all its short tokens and reports it).
     pub fn new(tokens: impl IntoIterator<Item = ([u8; 3], Rank)>) -> Option<Self> {
         let mut tokens: Vec<([u8; 3], Rank)> = tokens.into_iter().collect();
         tokens.sort_unstable();
@@ -57,6 +58,9 @@ impl ThreeByteTokens {
             if g.bits[q] == 0 {
                 // Tokens arrive sorted, so this quarter's first token is the next rank.
                 g.base[q] = ranks.len() as u32;
+            }
+            if g.bits[q] & 1 << (c & 63) != 0 {
+                return None;
             }
             g.bits[q] |= 1 << (c & 63);
             ranks.push(rank);
@@ -113,6 +117,12 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_string_given_twice_makes_no_table() {
+        assert!(ThreeByteTokens::new([(*b"abc", 7), (*b"abd", 8)]).is_some());
+        assert!(ThreeByteTokens::new([(*b"abc", 7), (*b"abd", 8), (*b"abc", 9)]).is_none());
     }
 
     #[test]

@@ -18,11 +18,13 @@ pub struct Vocab {
     /// in `decode_bytes`.
     long: HashTable<LongToken>,
     mergeable_count: usize,
-    /// The tokens of at most [`INLINE_MAX`] bytes again, keyed inline (no pointer to chase
-    /// on lookup): almost every lookup the encoder makes is for such a short string.
+    /// The tokens of four to [`INLINE_MAX`] bytes again (of one to [`INLINE_MAX`] when
+    /// `three` is `None`), keyed inline (no pointer to chase on lookup): almost every
+    /// lookup the encoder makes is for such a short string.
     short: ShortTokens,
     /// The three-byte tokens again, indexed by their first two bytes (`None` only for a
-    /// vocabulary with more two-byte prefixes than it can number).
+    /// vocabulary with more two-byte prefixes than it can number, or one that gives a
+    /// three-byte string twice).
     three: Option<ThreeByteTokens>,
     /// The longest mergeable token: a longer string is never a token, without hashing it.
     max_len: usize,
@@ -207,16 +209,29 @@ impl Vocab {
         };
         let mut byte_ranks = [Rank::MAX; 256];
         let mut pair_ranks: Box<[Rank; 1 << 16]> = vec![Rank::MAX; 1 << 16].into_boxed_slice().try_into().expect("65,536 places");
+        let repeated = || Error::InvalidVocabulary("a byte string is given more than one id".into());
         for (bytes, id) in tokens() {
-            match *bytes {
-                [a] => byte_ranks[a as usize] = id,
-                [a, b] => pair_ranks[(a as usize) << 8 | b as usize] = id,
-                _ => {}
+            let place = match *bytes {
+                [a] => &mut byte_ranks[a as usize],
+                [a, b] => &mut pair_ranks[(a as usize) << 8 | b as usize],
+                _ => continue,
+            };
+            // (no id is Rank::MAX: ids were checked to fit below it)
+            if std::mem::replace(place, id) != Rank::MAX {
+                return Err(repeated());
             }
         }
-        let repeated = || Error::InvalidVocabulary("a byte string is given more than one id".into());
-        let short = ShortTokens::new(tokens().filter(|(k, _)| k.len() <= INLINE_MAX).map(|(k, id)| (inline_key(k), id))).ok_or_else(repeated)?;
         let three = ThreeByteTokens::new(tokens().filter_map(|(k, id)| Some((<[u8; 3]>::try_from(k).ok()?, id))));
+        // The dense tables and the three-byte table answer every lookup of one to three
+        // bytes, so the short tokens' table holds only the longer ones: with o200k_base,
+        // its table of entries of up to five bytes halves (53k tokens of four or five bytes,
+        // against 76k of one to five), and the whole stays more in the CPU's caches
+        // (o200k_base: 1.05-1.07x from the Rust harness, short run, long stream and warm
+        // pass; cl100k_base, whose table keeps its size, 1.01-1.02x). Without a three-byte
+        // table (or when it finds a three-byte string given twice) the short tokens' table
+        // holds them all, and tells a repeated one.
+        let shortest = if three.is_some() { 4 } else { 1 };
+        let short = ShortTokens::new(tokens().filter(|(k, _)| (shortest..=INLINE_MAX).contains(&k.len())).map(|(k, id)| (inline_key(k), id))).ok_or_else(repeated)?;
         let max_len = tokens().map(|(k, _)| k.len()).max().unwrap_or(0);
         let longs: Vec<LongToken> = (decode_spans.iter().zip(&mergeable).enumerate())
             .filter(|&(_, (&span, &m))| m && (span >> 32) as usize > INLINE_MAX)
@@ -309,9 +324,11 @@ impl Vocab {
         }
     }
 
-    /// The rank of a string of 2..=[`INLINE_MAX`] bytes given by its [`inline_key`].
+    /// The rank of a string of 4..=[`INLINE_MAX`] bytes given by its [`inline_key`]
+    /// (shorter ones are not in that table: [`Vocab::rank`] answers them).
     #[inline]
     pub fn rank_inline(&self, key: u128) -> Option<Rank> {
+        debug_assert!((4..=INLINE_MAX).contains(&((key >> 120) as usize)), "rank_inline of a key of {} bytes", key >> 120);
         self.short.get(key)
     }
 
@@ -591,7 +608,7 @@ mod tests {
 
     #[test]
     fn rejects_a_byte_string_given_two_ids() {
-        for t in [&b"a"[..], b"abc", b"abcdefgh", b"abcdefghijklm", b"abcdefghijklmnopqrstuvwxyz"] {
+        for t in [&b"a"[..], b"ab", b"abc", b"abcd", b"abcde", b"abcdefgh", b"abcdefghijklm", b"abcdefghijklmnopqrstuvwxyz"] {
             let tokens = vec![(t.to_vec(), 0), (b"other".to_vec(), 1), (t.to_vec(), 2)];
             assert!(matches!(Vocab::new(tokens, vec![]), Err(Error::InvalidVocabulary(_))), "{t:?}");
         }
