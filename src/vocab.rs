@@ -685,6 +685,49 @@ mod tests {
     }
 
     #[test]
+    fn every_short_string_ranked_as_the_map_says_with_or_without_the_three_byte_table() {
+        // Tokens of one to six bytes over four letters (the short tokens' table holds only
+        // those of four bytes or more when the three-byte table exists, and all of them
+        // when it does not): every string of one to six of those letters gets the rank the
+        // map gives it, whichever tables answer.
+        let alphabet = [b'a', b'b', 0xC3, b' '];
+        let mut strings: Vec<Vec<u8>> = vec![vec![]];
+        for _ in 0..6 {
+            strings = strings.iter().flat_map(|s| alphabet.iter().map(move |&c| [&s[..], &[c]].concat())).chain(strings.iter().cloned()).collect();
+        }
+        strings.retain(|s| !s.is_empty());
+        strings.sort();
+        strings.dedup();
+        for every_prefix in [false, true] {
+            let mut ranks: FxHashMap<Vec<u8>, Rank> = (0..=255u8).map(|b| (vec![b], b as Rank)).collect();
+            for (i, s) in strings.iter().enumerate() {
+                if s.len() > 1 && (i * 7 + s.len()) % 3 == 0 {
+                    let next = ranks.len() as Rank;
+                    ranks.entry(s.clone()).or_insert(next);
+                }
+            }
+            if every_prefix {
+                for p in 0..=u16::MAX {
+                    let next = ranks.len() as Rank;
+                    ranks.entry(vec![(p >> 8) as u8, p as u8, b'z']).or_insert(next);
+                }
+            }
+            let v = Vocab::new(ranks.clone(), vec![]).unwrap();
+            assert_eq!(v.three.is_none(), every_prefix);
+            let mut found = 0;
+            for s in &strings {
+                let want = ranks.get(s).copied();
+                assert_eq!(v.rank(s), want, "{s:?}");
+                if s.len() >= 4 {
+                    assert_eq!(v.rank_inline(inline_key(s)), want, "{s:?}");
+                }
+                found += want.is_some() as usize;
+            }
+            assert!(found > 1000, "only {found} tokens among the strings");
+        }
+    }
+
+    #[test]
     fn inline_key_is_bytes_then_zeros_then_length() {
         let data: Vec<u8> = (1..=15).map(|i| i * 17).collect();
         for n in 0..=INLINE_MAX {
