@@ -50,6 +50,12 @@ Rows, per encoding (``--encodings``):
   On a shared virtual machine the host takes cores away for stretches; wall-time figures
   then drop while CPU time leaves those stretches out, so these ratios are the steadier
   ones. A library that spreads a call over several threads is charged all their CPU time;
+* one thread, in the kernel: the page faults the timed pass took (thousands) and the
+  milliseconds of its CPU time spent in the kernel (Linux and macOS, from ``getrusage``).
+  Nearly all of it is the kernel mapping new memory, most of it for the ids returned: a
+  pass keeps every list, so every library maps memory for as many ids, about the same
+  number of milliseconds each. For a fast library that fixed cost is a larger share of
+  its pass (``share``), and it lowers that library's ratio to a slow one;
 * batch: tokenmill's and tiktoken's ``encode_ordinary_batch(docs, num_threads=<usable
   cores>)`` on the same two slices (fresh processes too), and tokenmill's batch MB/s over
   its own one-thread MB/s; a note names each batch run during which the hypervisor took at
@@ -592,6 +598,17 @@ def host_steal_seconds() -> Optional[float]:
         return None
 
 
+def kernel_usage() -> Optional[Tuple[float, int]]:
+    """This process's CPU seconds in the kernel so far and the page faults it took (minor
+    and major), or None where ``getrusage`` is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_stime, u.ru_minflt + u.ru_majflt
+
+
 def _one_blas_thread() -> None:
     """numpy's BLAS starts a thread per core on import, which spins for a while on a core the
     timed pass would otherwise have to itself; no BLAS is used here. Call before numpy loads."""
@@ -640,6 +657,7 @@ def worker(spec: dict) -> int:
             encode(d)
     gc.collect()
     gc.disable()
+    kernel0 = kernel_usage()
     steal0 = host_steal_seconds()
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -658,6 +676,7 @@ def worker(spec: dict) -> int:
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - c0
     steal1 = host_steal_seconds()
+    kernel1 = kernel_usage()
     gc.enable()
     if lib == "fastokens":
         stats = getattr(obj, "segment_cache_stats", None)
@@ -667,6 +686,8 @@ def worker(spec: dict) -> int:
         "seconds": seconds,
         "cpu_seconds": cpu,
         "steal_seconds": None if steal0 is None or steal1 is None else steal1 - steal0,
+        "kernel_seconds": None if kernel0 is None or kernel1 is None else kernel1[0] - kernel0[0],
+        "page_faults": None if kernel0 is None or kernel1 is None else kernel1[1] - kernel0[1],
         "build_seconds": build_s,
         "doc_seconds": doc_seconds,
         "tokens": tokens,
@@ -948,6 +969,31 @@ def print_cpu(libs, single, nbytes) -> None:
             v = _mbps(res, n, "cpu_seconds")
             off = _share(res["seconds"] - res["cpu_seconds"], res["seconds"]) if res and v else None
             row += f" {_fmt(v, 11)} {_fmt(_ratio(tm[r], v), 6, 2)} {_pct(off, 5)} {_pct(_steal_share(res), 6)}"
+        print(row)
+
+
+def print_kernel(libs, single, nbytes) -> None:
+    """Per library and regime, what the one-thread pass took in the kernel: its page
+    faults (thousands), its CPU milliseconds in the kernel, and their share of its wall
+    time. A pass keeps every list of ids it makes, so the kernel maps new memory for all
+    of them; that costs every library about the same time, a larger share of a faster
+    pass's."""
+    rows = [lib for lib in libs if any((single.get((lib, r)) or {}).get("kernel_seconds") is not None for r in nbytes)]
+    if not rows:
+        return
+    print("one thread, in the kernel (faults: thousands of page faults in the timed pass; ms: its CPU time in the kernel):")
+    header = f"  {'library':<15}" + "".join(f" {r + ' faults':>13} {'ms':>6} {'share':>6}" for r in nbytes)
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for lib in rows:
+        row = f"  {LIBRARIES[lib][2]:<15}"
+        for r in nbytes:
+            res = single.get((lib, r)) or {}
+            faults, kernel = res.get("page_faults"), res.get("kernel_seconds")
+            if faults is None or kernel is None:
+                row += f" {'-':>13} {'-':>6} {'-':>6}"
+                continue
+            row += f" {faults / 1000:>13.1f} {kernel * 1000:>6.0f} {_pct(_share(kernel, res['seconds']), 6)}"
         print(row)
 
 
@@ -1249,6 +1295,7 @@ def main() -> int:
             print_single(name, libs, single, nbytes, texts, runner.notes)
             print_paired(libs, single, nbytes)
             print_cpu(libs, single, nbytes)
+            print_kernel(libs, single, nbytes)
             print_kinds(libs, single, texts)
             if "warm" in texts:
                 print_kinds(libs, single, texts, "warm")

@@ -165,3 +165,38 @@ def test_kinds_with_little_text_are_marked_in_the_table_by_kind() -> None:
     assert "too little text" in rows["Go"] and "8 kB" in rows["Go"]
     assert "too little text" not in rows["Python"]
     assert rows["Python"].split()[-2] == "2.00"  # x: tokenmill's 200 MB/s over 100
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="getrusage is POSIX")
+def test_the_kernel_table_counts_the_faults_of_new_memory_and_prints_them() -> None:
+    code = textwrap.dedent(
+        f"""
+        import mmap, sys
+        sys.path.insert(0, {str(BENCHES)!r})
+        import encode_compare as ec
+        before = ec.kernel_usage()
+        m = mmap.mmap(-1, 400 * 4096)
+        for at in range(0, 400 * 4096, 4096):
+            m[at] = 1
+        after = ec.kernel_usage()
+        print("faults", after[1] - before[1], "kernel", after[0] >= before[0])
+        single = {{
+            ("tokenmill", "short"): {{"seconds": 0.5, "kernel_seconds": 0.05, "page_faults": 12_300}},
+            ("tokenmill", "long"): {{"seconds": 2.0}},
+            ("tiktoken", "short"): {{"seconds": 4.0, "kernel_seconds": 0.2, "page_faults": 45_600}},
+            ("gigatoken", "short"): {{"seconds": 1.0}},
+        }}
+        ec.print_kernel(["tokenmill", "tiktoken", "gigatoken"], single, {{"short": 1, "long": 1}})
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    faults = lines[0].split()
+    # Writing to 400 new pages takes about 400 faults (a few more for the interpreter).
+    assert 400 <= int(faults[1]) < 600 and faults[3] == "True", lines[0]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ") and not line.strip().startswith("-")}
+    # Thousands of faults, milliseconds in the kernel, and their share of the pass.
+    assert rows["tokenmill"] == ["12.3", "50", "10%", "-", "-", "-"], rows
+    assert rows["tiktoken"] == ["45.6", "200", "5%", "-", "-", "-"], rows
+    assert "gigatoken" not in rows  # no figures: no row
