@@ -50,12 +50,16 @@ Rows, per encoding (``--encodings``):
   On a shared virtual machine the host takes cores away for stretches; wall-time figures
   then drop while CPU time leaves those stretches out, so these ratios are the steadier
   ones. A library that spreads a call over several threads is charged all their CPU time;
-* one thread, in the kernel: the page faults the timed pass took (thousands) and the
-  milliseconds of its CPU time spent in the kernel (Linux and macOS, from ``getrusage``).
-  Nearly all of it is the kernel mapping new memory, most of it for the ids returned: a
-  pass keeps every list, so every library maps memory for as many ids, about the same
-  number of milliseconds each. For a fast library that fixed cost is a larger share of
-  its pass (``share``), and it lowers that library's ratio to a slow one;
+* one thread, page faults: the page faults the timed pass took (thousands; POSIX, from
+  ``getrusage``), what they cost at this machine's price of a fault (``ms``: the count
+  times the microseconds the parent measured for a first write to a new page, printed
+  above the table) and that cost's share of the pass. Nearly all of them are the kernel
+  mapping new memory, most of it for the ids returned: a pass keeps every list, so every
+  library maps memory for as many ids, at about the same cost. For a fast library that
+  fixed cost is a larger share of its pass, and it lowers that library's ratio to a slow
+  one. (The kernel's own count of a process's system time is sampled at the clock's
+  ticks on many kernels: for the same 12.6k faults it read 3 to 48 ms, so it is not
+  used.)
 * batch: tokenmill's and tiktoken's ``encode_ordinary_batch(docs, num_threads=<usable
   cores>)`` on the same two slices (fresh processes too), and tokenmill's batch MB/s over
   its own one-thread MB/s; a note names each batch run during which the hypervisor took at
@@ -598,15 +602,37 @@ def host_steal_seconds() -> Optional[float]:
         return None
 
 
-def kernel_usage() -> Optional[Tuple[float, int]]:
-    """This process's CPU seconds in the kernel so far and the page faults it took (minor
-    and major), or None where ``getrusage`` is missing (Windows)."""
+def page_faults() -> Optional[int]:
+    """The page faults (minor and major) this process has taken so far, or None where
+    ``getrusage`` is missing (Windows)."""
     try:
         import resource
     except ImportError:
         return None
     u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_stime, u.ru_minflt + u.ru_majflt
+    return u.ru_minflt + u.ru_majflt
+
+
+def fault_microseconds(pages: int = 4096, rounds: int = 5) -> Optional[float]:
+    """What one page fault costs on this machine: microseconds per page for a first write
+    to each page of a new anonymous mapping (the median of ``rounds`` mappings of
+    ``pages`` pages), or None where that cannot be measured."""
+    import mmap
+
+    if page_faults() is None:
+        return None
+    size = pages * mmap.PAGESIZE
+    costs = []
+    for _ in range(rounds):
+        m = mmap.mmap(-1, size)
+        f0, t0 = page_faults(), time.perf_counter()
+        for at in range(0, size, mmap.PAGESIZE):
+            m[at] = 1
+        t, faults = time.perf_counter() - t0, page_faults() - f0
+        m.close()
+        if faults > 0:
+            costs.append(t / faults * 1e6)
+    return statistics.median(costs) if costs else None
 
 
 def _one_blas_thread() -> None:
@@ -657,7 +683,7 @@ def worker(spec: dict) -> int:
             encode(d)
     gc.collect()
     gc.disable()
-    kernel0 = kernel_usage()
+    faults0 = page_faults()
     steal0 = host_steal_seconds()
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -676,7 +702,7 @@ def worker(spec: dict) -> int:
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - c0
     steal1 = host_steal_seconds()
-    kernel1 = kernel_usage()
+    faults1 = page_faults()
     gc.enable()
     if lib == "fastokens":
         stats = getattr(obj, "segment_cache_stats", None)
@@ -686,8 +712,7 @@ def worker(spec: dict) -> int:
         "seconds": seconds,
         "cpu_seconds": cpu,
         "steal_seconds": None if steal0 is None or steal1 is None else steal1 - steal0,
-        "kernel_seconds": None if kernel0 is None or kernel1 is None else kernel1[0] - kernel0[0],
-        "page_faults": None if kernel0 is None or kernel1 is None else kernel1[1] - kernel0[1],
+        "page_faults": None if faults0 is None or faults1 is None else faults1 - faults0,
         "build_seconds": build_s,
         "doc_seconds": doc_seconds,
         "tokens": tokens,
@@ -972,16 +997,17 @@ def print_cpu(libs, single, nbytes) -> None:
         print(row)
 
 
-def print_kernel(libs, single, nbytes) -> None:
-    """Per library and regime, what the one-thread pass took in the kernel: its page
-    faults (thousands), its CPU milliseconds in the kernel, and their share of its wall
+def print_faults(libs, single, nbytes, fault_us: Optional[float]) -> None:
+    """Per library and regime, the page faults of the one-thread pass (thousands), their
+    cost at ``fault_us`` microseconds each (ms) and that cost's share of the pass's wall
     time. A pass keeps every list of ids it makes, so the kernel maps new memory for all
     of them; that costs every library about the same time, a larger share of a faster
     pass's."""
-    rows = [lib for lib in libs if any((single.get((lib, r)) or {}).get("kernel_seconds") is not None for r in nbytes)]
+    rows = [lib for lib in libs if any((single.get((lib, r)) or {}).get("page_faults") is not None for r in nbytes)]
     if not rows:
         return
-    print("one thread, in the kernel (faults: thousands of page faults in the timed pass; ms: its CPU time in the kernel):")
+    price = f"{fault_us:.2f} µs a fault, measured here" if fault_us else "no price measured"
+    print(f"one thread, page faults (thousands in the timed pass; ms: their cost at {price}; share: of the pass):")
     header = f"  {'library':<15}" + "".join(f" {r + ' faults':>13} {'ms':>6} {'share':>6}" for r in nbytes)
     print(header)
     print("  " + "-" * (len(header) - 2))
@@ -989,11 +1015,12 @@ def print_kernel(libs, single, nbytes) -> None:
         row = f"  {LIBRARIES[lib][2]:<15}"
         for r in nbytes:
             res = single.get((lib, r)) or {}
-            faults, kernel = res.get("page_faults"), res.get("kernel_seconds")
-            if faults is None or kernel is None:
+            faults = res.get("page_faults")
+            if faults is None:
                 row += f" {'-':>13} {'-':>6} {'-':>6}"
                 continue
-            row += f" {faults / 1000:>13.1f} {kernel * 1000:>6.0f} {_pct(_share(kernel, res['seconds']), 6)}"
+            cost = faults * fault_us / 1e6 if fault_us else None
+            row += f" {faults / 1000:>13.1f} {_fmt(None if cost is None else cost * 1000, 6, 0)} {_pct(_share(cost, res['seconds']), 6)}"
         print(row)
 
 
@@ -1224,6 +1251,9 @@ def main() -> int:
     )
     cpu = one_cpu(not args.no_pin)
     print(describe(cpu))
+    fault_us = fault_microseconds()
+    if fault_us:
+        print(f"a page fault costs {fault_us:.2f} µs here (a first write to a new page; median of 5 mappings of 4096 pages)")
     if "fastokens" in libs:
         print(
             "fastokens: its own thread pool for long texts, as shipped (--fastokens-pool)"
@@ -1295,7 +1325,7 @@ def main() -> int:
             print_single(name, libs, single, nbytes, texts, runner.notes)
             print_paired(libs, single, nbytes)
             print_cpu(libs, single, nbytes)
-            print_kernel(libs, single, nbytes)
+            print_faults(libs, single, nbytes, fault_us)
             print_kinds(libs, single, texts)
             if "warm" in texts:
                 print_kinds(libs, single, texts, "warm")

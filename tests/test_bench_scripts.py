@@ -168,35 +168,38 @@ def test_kinds_with_little_text_are_marked_in_the_table_by_kind() -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="getrusage is POSIX")
-def test_the_kernel_table_counts_the_faults_of_new_memory_and_prints_them() -> None:
+def test_the_fault_table_counts_the_faults_of_new_memory_and_prices_them() -> None:
     code = textwrap.dedent(
         f"""
         import mmap, sys
         sys.path.insert(0, {str(BENCHES)!r})
         import encode_compare as ec
-        before = ec.kernel_usage()
-        m = mmap.mmap(-1, 400 * 4096)
-        for at in range(0, 400 * 4096, 4096):
+        before = ec.page_faults()
+        m = mmap.mmap(-1, 400 * mmap.PAGESIZE)
+        for at in range(0, 400 * mmap.PAGESIZE, mmap.PAGESIZE):
             m[at] = 1
-        after = ec.kernel_usage()
-        print("faults", after[1] - before[1], "kernel", after[0] >= before[0])
+        print("faults", ec.page_faults() - before, "price", ec.fault_microseconds(pages=256, rounds=3))
         single = {{
-            ("tokenmill", "short"): {{"seconds": 0.5, "kernel_seconds": 0.05, "page_faults": 12_300}},
+            ("tokenmill", "short"): {{"seconds": 0.5, "page_faults": 12_300}},
             ("tokenmill", "long"): {{"seconds": 2.0}},
-            ("tiktoken", "short"): {{"seconds": 4.0, "kernel_seconds": 0.2, "page_faults": 45_600}},
+            ("tiktoken", "short"): {{"seconds": 4.0, "page_faults": 45_600}},
             ("gigatoken", "short"): {{"seconds": 1.0}},
         }}
-        ec.print_kernel(["tokenmill", "tiktoken", "gigatoken"], single, {{"short": 1, "long": 1}})
+        ec.print_faults(["tokenmill", "tiktoken", "gigatoken"], single, {{"short": 1, "long": 1}}, 2.0)
+        ec.print_faults(["tokenmill"], single, {{"short": 1}}, None)
         """
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    faults = lines[0].split()
-    # Writing to 400 new pages takes about 400 faults (a few more for the interpreter).
-    assert 400 <= int(faults[1]) < 600 and faults[3] == "True", lines[0]
-    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ") and not line.strip().startswith("-")}
-    # Thousands of faults, milliseconds in the kernel, and their share of the pass.
-    assert rows["tokenmill"] == ["12.3", "50", "10%", "-", "-", "-"], rows
-    assert rows["tiktoken"] == ["45.6", "200", "5%", "-", "-", "-"], rows
-    assert "gigatoken" not in rows  # no figures: no row
+    first = lines[0].split()
+    # Writing to 400 new pages takes about 400 faults (a few more for the interpreter),
+    # and a fault costs something.
+    assert 400 <= int(first[1]) < 600 and float(first[3]) > 0, lines[0]
+    assert "2.00 µs a fault" in lines[1], lines[1]
+    rows = [line.split() for line in lines if line.startswith("  ") and not line.strip().startswith("-") and "faults" not in line]
+    # Thousands of faults, their cost at 2 µs each (ms), and its share of the pass.
+    assert rows[0] == ["tokenmill", "12.3", "25", "5%", "-", "-", "-"], rows
+    assert rows[1] == ["tiktoken", "45.6", "91", "2%", "-", "-", "-"], rows
+    assert len(rows) == 3 and rows[2] == ["tokenmill", "12.3", "-", "-"], rows  # no price: count only
+    assert not any(r[0] == "gigatoken" for r in rows)  # no figures: no row
