@@ -9,8 +9,8 @@
 //! (`bitwise_split.rs`) and fall back to the character-by-character scan here elsewhere.
 
 use crate::bitwise_split;
-use crate::prefetch::prefetch;
 use crate::char_classes::{CharClasses, LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
+use crate::prefetch::prefetch;
 
 /// Which pattern a scanner reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
