@@ -613,7 +613,11 @@ def page_faults() -> Optional[int]:
     return u.ru_minflt + u.ru_majflt
 
 
-def fault_microseconds(pages: int = 4096, rounds: int = 5) -> Optional[float]:
+#: Pages per mapping, and mappings, that ``fault_microseconds`` times by default.
+FAULT_PAGES, FAULT_ROUNDS = 4096, 5
+
+
+def fault_microseconds(pages: int = FAULT_PAGES, rounds: int = FAULT_ROUNDS) -> Optional[float]:
     """What one page fault costs on this machine: microseconds per page for a first write
     to each page of a new anonymous mapping (the median of ``rounds`` mappings of
     ``pages`` pages), or None where that cannot be measured."""
@@ -1253,7 +1257,10 @@ def main() -> int:
     print(describe(cpu))
     fault_us = fault_microseconds()
     if fault_us:
-        print(f"a page fault costs {fault_us:.2f} µs here (a first write to a new page; median of 5 mappings of 4096 pages)")
+        print(
+            f"a page fault costs {fault_us:.2f} µs here (a first write to a new page; "
+            f"median of {FAULT_ROUNDS} mappings of {FAULT_PAGES} pages)"
+        )
     if "fastokens" in libs:
         print(
             "fastokens: its own thread pool for long texts, as shipped (--fastokens-pool)"
