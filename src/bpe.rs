@@ -754,7 +754,7 @@ mod tests {
             for i in 0..parts.len().saturating_sub(1) {
                 let cat = [parts[i].as_slice(), parts[i + 1].as_slice()].concat();
                 if let Some(r) = vocab.rank(&cat) {
-                    if best.map_or(true, |(br, _)| r < br) {
+                    if best.is_none_or(|(br, _)| r < br) {
                         best = Some((r, i));
                     }
                 }

@@ -125,7 +125,7 @@ pub(crate) fn merge_runs(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, memo:
         }
     }
     for &(t, c) in &runs {
-        out.extend(std::iter::repeat(t).take(c as usize));
+        out.extend(std::iter::repeat_n(t, c as usize));
     }
     Ok(true)
 }
@@ -169,7 +169,7 @@ mod tests {
             for _ in 0..1 + below(6) {
                 let byte = b" abx"[below(4) as usize];
                 let len = if below(3) == 0 { 1 + below(3000) } else { 1 + below(9) };
-                piece.extend(std::iter::repeat(byte).take(len as usize));
+                piece.extend(std::iter::repeat_n(byte, len as usize));
             }
             let mut want = Vec::new();
             merge_long(&v, &piece, &mut want, &mut s, None).unwrap();

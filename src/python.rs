@@ -837,7 +837,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
                     unsafe { ffi::PyList_SET_ITEM(out.as_ptr(), i as ffi::Py_ssize_t, list.into_ptr()) };
                     filled += 1;
                 }
-                Err(e) if !failed.as_ref().is_some_and(|(j, _)| *j < i) => failed = Some((i, e.into_py_err(py, &texts.text(i)))),
+                Err(e) if failed.as_ref().is_none_or(|(j, _)| *j >= i) => failed = Some((i, e.into_py_err(py, &texts.text(i)))),
                 Err(_) => {}
             }
         }

@@ -179,7 +179,7 @@ impl Scanner {
         };
         // Those three classes have no ASCII members outside the ranges just scanned, so an
         // ASCII byte there ends the run.
-        if matches!(mask, LETTER | LOWERISH | UPPERISH) && b.get(i).map_or(true, |&x| x < 0x80) {
+        if matches!(mask, LETTER | LOWERISH | UPPERISH) && b.get(i).is_none_or(|&x| x < 0x80) {
             return i;
         }
         while i < b.len() {

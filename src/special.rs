@@ -90,7 +90,7 @@ pub struct SpecialMatcher {
 
 impl SpecialMatcher {
     pub fn new<'a>(tokens: impl IntoIterator<Item = (&'a str, Rank)>) -> Result<Self> {
-        let (empty, tokens): (Vec<(&str, Rank)>, Vec<(&str, Rank)>) = tokens.into_iter().partition(|(t, _)| t.is_empty());
+        let (empty, tokens): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(t, _): &(&str, Rank)| t.is_empty());
         let empty = empty.into_iter().map(|(_, id)| id).collect();
         let (texts, ids): (Vec<&str>, Vec<Rank>) = tokens.into_iter().unzip();
         let automaton = if texts.is_empty() {
@@ -142,7 +142,7 @@ impl SpecialMatcher {
                 continue;
             }
             if let Some(pos) = text.find(extra.as_str()) {
-                if first.map_or(true, |(s, _)| pos < s) {
+                if first.is_none_or(|(s, _)| pos < s) {
                     first = Some((pos, pos + extra.len()));
                 }
             }

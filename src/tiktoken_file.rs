@@ -51,7 +51,7 @@ const DIGITS: [u8; 256] = {
 /// of four, `=` only as the last one or two characters. Bits past the last byte are
 /// ignored, as Python's decoders ignore them. An empty field is refused (no token is empty).
 fn decode_base64(field: &[u8], out: &mut Vec<u8>) -> Option<()> {
-    if field.is_empty() || field.len() % 4 != 0 {
+    if field.is_empty() || !field.len().is_multiple_of(4) {
         return None;
     }
     let padding = field.iter().rev().take(2).take_while(|&&c| c == b'=').count();

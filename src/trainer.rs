@@ -474,7 +474,7 @@ fn learn_merges_split(
             }
         }
         let done = merges.len() as u32;
-        if done % step == 0 || done == num_merges {
+        if done.is_multiple_of(step) || done == num_merges {
             on_progress(&Progress { done, total: num_merges, pair: (a, b), new_id, count: top.count })?;
         }
     }
