@@ -787,7 +787,11 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
     let bundles = texts.bundles();
     let claims = batch::Claims::new(bundles.len());
     // The result, its places filled as the runs come in; returned only once all are filled.
-    // SAFETY: a new list of `n` empty (NULL) places, which list deallocation skips.
+    // SAFETY: a new list of `n` empty (NULL) places, which list deallocation skips. Such a
+    // list must be seen by no other code, and the GIL is released while the batch runs:
+    // `Collector::stand_aside` takes it out of the collector's lists at once, before
+    // anything else runs, so that `gc.get_objects()` in another thread cannot list it
+    // (from 3.12 on it otherwise would, and a thread reading its places crashed).
     let out = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?.cast_into_unchecked::<PyList>() };
     let mut filled = 0;
     let collector = Collector::stand_aside(&out);
@@ -832,9 +836,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
                 Ok(range) => {
                     let list = list_of_ids(py, enc, &run.ids[range])?;
                     collector.ignore(&list);
-                    // SAFETY: `i` is below `n`, and each text is in one run only: its place is
-                    // still empty, and takes the list's reference.
-                    unsafe { ffi::PyList_SET_ITEM(out.as_ptr(), i as ffi::Py_ssize_t, list.into_ptr()) };
+                    out.set_item(i, list)?;
                     filled += 1;
                 }
                 Err(e) if failed.as_ref().is_none_or(|(j, _)| *j >= i) => failed = Some((i, e.into_py_err(py, &texts.text(i)))),
@@ -886,8 +888,10 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
     Ok(out)
 }
 
-/// Keeps CPython's cyclic garbage collector from going over a batch's lists again and
-/// again while the batch makes them, before Python 3.12.
+/// Keeps a batch's result list, while its places are still empty, out of the reach of
+/// other threads (on every version: `gc.get_objects()` lists only the objects the
+/// collector tracks), and keeps CPython's cyclic garbage collector from going over a
+/// batch's lists again and again while the batch makes them, before Python 3.12.
 ///
 /// Until 3.12 the collector runs inside allocations: every 700 new container objects (a
 /// list is one) start a collection of the youngest, every tenth of those one of the
@@ -901,13 +905,14 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
 /// lists as it makes them, and the result list too, and puts them all back, as new
 /// objects, before it returns: the program then sees tracked lists as before, and the
 /// collector goes over them once as young objects. From 3.12 on the collector only runs
-/// between bytecodes, after the call, and this does nothing.
+/// between bytecodes, after the call, and only the result list is taken out.
 struct Collector;
 
 impl Collector {
-    /// Takes `out`, the batch's result list, out of the collector's lists.
+    /// Takes `out`, the batch's result list, out of the collector's lists (every version).
     fn stand_aside(out: &Bound<'_, PyList>) -> Self {
-        Self::untrack(out.as_ptr());
+        // SAFETY: a list, with the GIL held; untracking an untracked object does nothing.
+        unsafe { ffi::PyObject_GC_UnTrack(out.as_ptr() as *mut std::ffi::c_void) };
         Collector
     }
 
@@ -917,21 +922,23 @@ impl Collector {
         Self::untrack(list.as_ptr());
     }
 
-    /// Puts the result list and every list in it back (each was taken out by
-    /// [`Collector::ignore`], and only this batch has seen them since).
+    /// Puts the result list, every place now filled, back, and before 3.12 every list in it
+    /// (each was taken out by [`Collector::ignore`], and only this batch has seen them
+    /// since).
     fn take_back(self, out: &Bound<'_, PyList>) {
         #[cfg(not(Py_3_12))]
-        // SAFETY: the GIL is held; `out` and the lists in it are untracked lists that only
-        // this batch has handled, so none can have been tracked again meanwhile (tracking
-        // an object twice is a fatal error).
+        // SAFETY: the GIL is held; the lists in `out` are untracked lists that only this
+        // batch has handled, so none can have been tracked again meanwhile (tracking an
+        // object twice is a fatal error).
         unsafe {
             let items = (*(out.as_ptr() as *mut ffi::PyListObject)).ob_item;
             for i in 0..out.len() {
                 ffi::PyObject_GC_Track(*items.add(i) as *mut std::ffi::c_void);
             }
-            ffi::PyObject_GC_Track(out.as_ptr() as *mut std::ffi::c_void);
         }
-        let _ = out;
+        // SAFETY: as above; `out` was taken out by `stand_aside`, and no other code has
+        // seen it.
+        unsafe { ffi::PyObject_GC_Track(out.as_ptr() as *mut std::ffi::c_void) };
     }
 
     #[inline]

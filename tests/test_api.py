@@ -959,6 +959,49 @@ def test_batch_lists_are_tracked_by_the_garbage_collector_again(cl100k):
             assert gc.get_stats()[2]["collected"] > collected_before
 
 
+_SNOOPING_SCRIPT = r"""
+import gc, sys, threading
+import tokenmill
+enc = tokenmill.get_encoding("cl100k_base")
+N = 120_000
+texts = [f"line {i} of a batch, with some words" for i in range(N)]
+stop = False
+sightings = [0]
+
+def snoop():
+    # What heap walkers (memory profilers, objgraph) do: every tracked object, read.
+    while not stop:
+        for o in gc.get_objects():
+            if type(o) is list and len(o) == N and o is not texts:
+                sightings[0] += 1
+                for x in o:  # an empty (NULL) place here crashes the process
+                    if x is not None and type(x) is not list:
+                        print("odd item", type(x)); sys.exit(3)
+
+t = threading.Thread(target=snoop)
+t.start()
+try:
+    for threads in (2, 1, 2):
+        out = enc.encode_ordinary_batch(texts, num_threads=threads)
+        assert out[::997] == [enc.encode_ordinary(s) for s in texts[::997]]
+finally:
+    stop = True
+    t.join()
+print("ok", sightings[0])
+"""
+
+
+def test_batch_result_list_is_whole_while_other_threads_walk_the_heap():
+    """A batch of lists releases the GIL while it encodes, and from Python 3.12 on
+    `gc.get_objects()` in another thread lists the batch's result list meanwhile (before
+    3.12 the batch keeps it away from the collector). Every place of that list must hold an
+    object all along: a version that left the places empty (NULL) until their lists came
+    crashed the reading thread. Run in a child process, as a crash would end this one."""
+    r = subprocess.run([sys.executable, "-c", _SNOOPING_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.stdout.split()[0] == "ok", r.stdout
+
+
 class _ArenaAllocator(ctypes.Structure):
     _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
 
