@@ -53,8 +53,15 @@ struct Ready {
 static PREVIOUS: OnceLock<Allocator> = OnceLock::new();
 /// Whether the allocator is installed (pool threads look before making arenas ready).
 static ON: AtomicBool = AtomicBool::new(false);
-/// The size pymalloc asks for (learned from its first request; 0 before).
+/// The size pymalloc asks for (learned from its first request of at least [`MIN_ARENA`]
+/// bytes; 0 before).
 static SIZE: AtomicUsize = AtomicUsize::new(0);
+/// The smallest arena pymalloc maps: 256 KiB before Python 3.10, 1 MiB since on 64-bit
+/// systems. From 3.11 on the same allocator also gets the interpreter's requests for the
+/// chunks of a thread's stack of frames (16 KiB, or a larger power of two for a huge
+/// frame); learning the size from one of those would hand out arenas that pymalloc never
+/// takes, for the rest of the process.
+const MIN_ARENA: usize = 256 << 10;
 /// Arenas pymalloc took since the allocator was installed, and arenas ready or being
 /// made ready: pool threads keep `min(taken + 1, MAX_AHEAD)` ready, so that a batch that
 /// takes none (one of few lists, or a Python whose small objects do not come from
@@ -80,7 +87,9 @@ fn ready() -> Option<MutexGuard<'static, Option<Ready>>> {
 }
 
 extern "C" fn alloc(_ctx: *mut c_void, size: usize) -> *mut c_void {
-    let _ = SIZE.compare_exchange(0, size, Ordering::Relaxed, Ordering::Relaxed);
+    if size >= MIN_ARENA {
+        let _ = SIZE.compare_exchange(0, size, Ordering::Relaxed, Ordering::Relaxed);
+    }
     TAKEN.fetch_add(1, Ordering::Relaxed);
     if size == SIZE.load(Ordering::Relaxed) {
         if let Some(p) = ready().and_then(|mut r| r.as_mut().and_then(|r| r.arenas.pop())) {
