@@ -533,7 +533,7 @@ fn decode_on_this_thread<O>(py: Python<'_>, enc: &Encoder, lists: &[Bound<'_, Py
 fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, PyAny>], threads: usize, make_runs_no_python: bool, mut make: impl FnMut(&[u8]) -> PyResult<O>) -> PyResult<Vec<O>> {
     type Decoded = Result<Vec<u8>, Error>;
     let n = batch.len();
-    let threads = threads.min(batch::available_cores()).min(n);
+    let threads = threads.min(batch::available_cores()).min(n).max(1);
     // (before any pool thread waits on this one: it may run Python code)
     note_array_types(py);
     // Whether the lists hold fewer than SMALL_DECODE_BATCH ids (counting stops there).
@@ -759,7 +759,7 @@ const RUN_TEXTS: usize = 256;
 /// (see PERFORMANCE.md).
 fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, policy: Option<&SpecialPolicy>, threads: usize) -> PyResult<Bound<'py, PyList>> {
     let n = texts.len();
-    let threads = threads.min(batch::available_cores());
+    let threads = threads.min(batch::available_cores()).max(1);
     let view = texts.view();
     if n <= 1 || texts.chars() < SMALL_BATCH {
         // Encode here (this thread's piece cache stays warm across calls); only one long
@@ -1452,7 +1452,12 @@ fn tiktoken_merges<'py>(py: Python<'py>, mergeable_ranks: &Bound<'py, PyDict>) -
     Ok((merges, unreachable))
 }
 
-#[pymodule]
+/// The module tells a free-threaded CPython (3.13t, 3.14t) that it needs the GIL, which
+/// that interpreter then turns on when the module is imported (unless `PYTHON_GIL=0`
+/// forces it off). Parts of the bindings read Python objects without a lock on the
+/// understanding that the GIL keeps other threads from changing them meanwhile (a list of
+/// ids being decoded, for one); without the GIL that no longer holds.
+#[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCoreBPE>()?;
     m.add_class::<PySpanCounter>()?;

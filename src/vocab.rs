@@ -134,6 +134,15 @@ const KEY_MASKS: [u128; 16] = {
     masks
 };
 
+/// The id below which any vocabulary may place its tokens, however few (see
+/// [`id_limit`]); above it, ids must stay below four times the number of tokens.
+pub const MAX_SPARSE_ID: usize = 1 << 24;
+
+/// One more than the largest id a vocabulary of `tokens` tokens may use.
+fn id_limit(tokens: usize) -> usize {
+    MAX_SPARSE_ID.max(4 * tokens)
+}
+
 /// How many ids ahead of the one being decoded [`Vocab::decode_into`] prefetches.
 const DECODE_AHEAD: usize = 16;
 
@@ -161,8 +170,21 @@ impl Vocab {
             .chain(special.values().copied())
             .max()
             .map_or(0, |m| m as usize + 1);
+        // The tables below hold a place for every id up to the largest (about 8 bytes each
+        // when built): a vocabulary whose ids leave most places empty is refused with an
+        // error, not allowed to ask for gigabytes (a special token at id 4e9 of a
+        // 257-token vocabulary wanted 64 GB and aborted the process).
         if max_id > (u32::MAX as usize) {
             return Err(Error::InvalidVocabulary("token id too large".into()));
+        }
+        let limit = id_limit(spans.len() + special.len());
+        if max_id > limit {
+            return Err(Error::InvalidVocabulary(format!(
+                "token id {} is too large for a vocabulary of {} tokens: tokenmill indexes its tables by id, \
+                 so ids must stay below {limit} (2^24, or four times the number of tokens if that is more)",
+                max_id - 1,
+                spans.len() + special.len()
+            )));
         }
         let mut by_id: Vec<Option<&[u8]>> = vec![None; max_id];
         let mut mergeable = vec![false; max_id];
@@ -453,6 +475,25 @@ impl Vocab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_far_above_the_number_of_tokens_are_refused() {
+        let bytes = || (0..=255u8).map(|b| (vec![b], b as Rank));
+        let with_special = |id: Rank| Vocab::new(bytes(), vec![("<x>".to_string(), id)]);
+        // Up to 2^24 whatever the vocabulary's size (tests often put specials at 100257).
+        let v = with_special(MAX_SPARSE_ID as Rank - 1).unwrap();
+        assert_eq!(v.special_tokens().get("<x>"), Some(&(MAX_SPARSE_ID as Rank - 1)));
+        for id in [MAX_SPARSE_ID as Rank, 4_000_000_000, u32::MAX] {
+            let err = with_special(id).err().expect("refused");
+            assert!(matches!(err, Error::InvalidVocabulary(_)), "{err}");
+        }
+        // A mergeable token so placed is refused too.
+        let err = Vocab::new(bytes().chain([(b"ab".to_vec(), 3_000_000_000)]), vec![]).err().expect("refused");
+        assert!(err.to_string().contains("3000000000"), "{err}");
+        // Above 2^24, ids up to four times the number of tokens.
+        assert_eq!(id_limit(257), MAX_SPARSE_ID);
+        assert_eq!(id_limit(5_000_000), 20_000_000);
+    }
 
     #[test]
     fn window_keys_equal_inline_keys() {

@@ -1498,3 +1498,53 @@ def test_import_leaves_network_and_trainer_modules_for_later():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_ids_far_above_the_vocabulary_are_refused_not_fatal():
+    """tokenmill keeps its tables indexed by id, so an id far above the number of tokens
+    would ask for gigabytes (a special token at id 4e9 aborted the process). Up to 2^24 any
+    vocabulary may place its ids (tests often put special tokens at cl100k's 100257 over a
+    256-byte vocabulary), and gets tiktoken's ids; beyond, a ValueError names the id."""
+    ranks = {bytes([i]): i for i in range(256)}
+    pat = r"\w+|\s+|[^\w\s]+"
+    for special in (100257, 2**24 - 1):
+        tm = tokenmill.Encoding("sparse", pat_str=pat, mergeable_ranks=ranks, special_tokens={"<x>": special})
+        tt = tiktoken.Encoding("sparse", pat_str=pat, mergeable_ranks=ranks, special_tokens={"<x>": special})
+        text = "ab <x> c"
+        assert tm.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
+        assert tm.decode([special, 97]) == "<x>a"
+    for special in (2**24, 4_000_000_000):
+        with pytest.raises(ValueError, match=str(special)):
+            tokenmill.Encoding("sparse", pat_str=pat, mergeable_ranks=ranks, special_tokens={"<x>": special})
+    with pytest.raises(ValueError, match="3000000000"):
+        tokenmill.Encoding("sparse", pat_str=pat, mergeable_ranks={**ranks, b"ab": 3_000_000_000}, special_tokens={})
+
+
+def test_core_batches_take_zero_threads_as_one(cl100k):
+    """The public methods refuse `num_threads` below 1; the extension's own batch calls,
+    reached directly, take 0 as 1 instead of panicking (`threads - 1` wrapped around)."""
+    tm, tt = cl100k
+    core = tm._core_bpe
+    texts = [f"hello world {i} " * 50 for i in range(100)]
+    want = tt.encode_ordinary_batch(texts)
+    assert core.encode_ordinary_batch(texts, 0) == want
+    assert core.encode_batch(texts, set(), set(), 0) == want
+    assert core.count_ordinary_batch(texts, 0) == [len(w) for w in want]
+    assert core.count_batch(texts, set(), set(), 0) == [len(w) for w in want]
+    ids, offsets = core.encode_batch_to_bytes(texts, set(), set(), 0)
+    assert len(offsets) == 8 * (len(texts) + 1)
+    assert core.decode_bytes_batch(want, 0) == [t.encode() for t in texts]
+    assert core.decode_str_batch(want, "strict", 0) == texts
+    assert core.decode_bytes_batch([], 0) == []
+
+
+@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"), reason="only a free-threaded CPython can run without the GIL")
+def test_free_threaded_python_turns_the_gil_on_for_tokenmill():
+    """Parts of the bindings read Python objects on the understanding that the GIL keeps
+    other threads from changing them (a list of ids being decoded, for one), so the module
+    declares that it needs the GIL, and a free-threaded interpreter turns it on at import."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    code = "import sys, warnings; warnings.simplefilter('ignore'); import tokenmill; print(sys._is_gil_enabled())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True"
