@@ -17,7 +17,7 @@ use crate::vocab::{inline_key, window_key, Vocab, INLINE_MAX};
 
 pub struct Encoder {
     /// Tags this encoder's entries in the per-thread piece cache.
-    owner: u32,
+    owner: u64,
     vocab: Vocab,
     /// Encoded short pieces, shared by every thread encoding with this encoder.
     pieces: SharedPieces,

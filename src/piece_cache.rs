@@ -338,7 +338,7 @@ fn key_words(len: usize) -> usize {
 
 /// The per-thread second level (see the module documentation).
 pub struct PieceCache {
-    owner: u32,
+    owner: u64,
     slots: Box<[LongSlot]>,
     /// One bit per hash value (see [`present_bit`]), set for every entry: most pieces
     /// looked for here are not here (a short piece is, only if it has more than
@@ -459,7 +459,7 @@ impl PieceCache {
 
     /// The tokens of a piece that needed merging and does not fit the first level.
     #[inline]
-    pub fn get_long(&self, owner: u32, piece: &[u8]) -> Option<&[Rank]> {
+    pub fn get_long(&self, owner: u64, piece: &[u8]) -> Option<&[Rank]> {
         if self.owner != owner || self.slots.is_empty() {
             return None;
         }
@@ -495,7 +495,7 @@ impl PieceCache {
         }
     }
 
-    pub fn put_long(&mut self, owner: u32, piece: &[u8], tokens: &[Rank]) {
+    pub fn put_long(&mut self, owner: u64, piece: &[u8], tokens: &[Rank]) {
         if piece.len() > MAX_LONG_KEY || tokens.len() > MAX_LONG_KEY {
             return;
         }
@@ -538,11 +538,13 @@ impl PieceCache {
     }
 }
 
-static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh owner id for a new encoder (0 marks an empty slot).
-pub fn new_owner() -> u32 {
-    NEXT_OWNER.fetch_add(1, Ordering::Relaxed).max(1)
+/// A fresh owner id for a new encoder (0 marks an empty cache). 64 bits, so that no two
+/// encoders of a process ever share one: a thread's second level then never answers one
+/// encoder with another's ids (32 bits wrapped after 2^32 encoders).
+pub fn new_owner() -> u64 {
+    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
 }
 
 thread_local! {
