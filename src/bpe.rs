@@ -680,6 +680,15 @@ impl Buckets {
     }
 }
 
+/// Parts are numbered with `u32`s ([`NONE`] marks none): a piece of 4 GiB or more (a
+/// single match of the pattern, such as that many letters with no space) would wrap them.
+fn check_length(piece: &[u8]) -> Result<()> {
+    if piece.len() >= NONE as usize {
+        return Err(Error::PieceTooLong(piece.len()));
+    }
+    Ok(())
+}
+
 /// Long pieces: the pairs are bucketed by rank. Ranks are taken lowest first and each
 /// bucket is swept left to right, merging the pairs still current. This is tiktoken's order
 /// (lowest rank first, leftmost first) because a merge never creates another pair of the
@@ -689,6 +698,7 @@ impl Buckets {
 /// the function gives up and returns `Ok(false)` with `out` untouched, and the caller uses
 /// the heap.
 pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<bool> {
+    check_length(piece)?;
     let Scratch { next, prev, pair_rank, ids, buckets, sweep, .. } = s;
     buckets.clear();
     let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);
@@ -724,6 +734,7 @@ pub(crate) fn merge_by_rank_buckets(vocab: &Vocab, piece: &[u8], out: &mut Vec<R
 /// O(n log n) always: a min-heap holds (rank, position) candidates and stale entries are
 /// skipped when popped.
 pub(crate) fn merge_long(vocab: &Vocab, piece: &[u8], out: &mut Vec<Rank>, s: &mut Scratch, memo: Option<&PairMemo>) -> Result<()> {
+    check_length(piece)?;
     let Scratch { next, prev, pair_rank, ids, heap, .. } = s;
     heap.clear();
     let mut parts = Parts::new(vocab, piece, PartsScratch { next, prev, rank: pair_rank, ids }, memo);

@@ -46,6 +46,10 @@ pub enum Error {
     #[error("the training corpus is too large: {0}")]
     CorpusTooLarge(String),
 
+    /// A piece (one match of the split pattern) longer than merging can index (4 GiB).
+    #[error("a piece of {0} bytes is longer than tokenmill can merge (under 4 GiB): split the text")]
+    PieceTooLong(usize),
+
     /// A thread pool could not be created.
     #[error("could not start worker threads: {0}")]
     ThreadPool(String),

@@ -47,6 +47,7 @@ fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
         | Error::InvalidVocabulary(_)
         | Error::RegexRuntime(_)
         | Error::UnencodableBytes(_)
+        | Error::PieceTooLong(_)
         | Error::CorpusTooLarge(_) => PyValueError::new_err(e.to_string()),
     }
 }
