@@ -1147,8 +1147,10 @@ def test_encode_batch_to_numpy_raises_as_encode_batch_does(cl100k):
     assert (ids.tolist(), offsets.tolist()) == _flat(tt.encode_batch(docs, allowed_special="all"))
     with pytest.raises(TypeError):
         tm.encode_batch_to_numpy(["fine", b"bytes"])
+    # (num_threads as tiktoken's batches take it, for ThreadPoolExecutor: any number)
+    assert tm.encode_batch_to_numpy(["x y"], num_threads=2.0)[0].tolist() == tt.encode("x y")
     with pytest.raises(TypeError):
-        tm.encode_batch_to_numpy(["x"], num_threads=2.0)
+        tm.encode_batch_to_numpy(["x"], num_threads="2")
     with pytest.raises(ValueError):
         tm.encode_batch_to_numpy(["x"], num_threads=0)
 
@@ -1554,3 +1556,184 @@ def test_free_threaded_python_turns_the_gil_on_for_tokenmill():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
+
+
+# ----------------------------------------------------------------------------------------
+# Arguments as tiktoken takes them (found by probing both libraries side by side)
+# ----------------------------------------------------------------------------------------
+
+
+def _outcome(call):
+    """("ok", result) or ("raises", exception type), to compare two libraries' answers."""
+    try:
+        result = call()
+    except Exception as e:  # noqa: BLE001
+        return ("raises", type(e))
+    if hasattr(result, "tolist"):
+        result = result.tolist()
+    return ("ok", result)
+
+
+def _unstable(enc, text, **kw):
+    """encode_with_unstable with its completions sorted (tiktoken's come in no set order)."""
+    stable, completions = enc.encode_with_unstable(text, **kw)
+    return stable, sorted(completions)
+
+
+def _same_outcome(tm_call, tt_call):
+    got, want = _outcome(tm_call), _outcome(tt_call)
+    if want[0] == "raises":
+        # (tokenmill's own exception types subclass tiktoken's where they differ)
+        assert got[0] == "raises" and issubclass(got[1], want[1]), (got, want)
+    else:
+        assert got == want
+
+
+E = "<|endoftext|>"
+
+
+@pytest.mark.parametrize("text", ["\ud800" + E, E + "\udfff", "ok " + E])
+def test_disallowed_special_given_as_a_one_shot_iterable(cl100k, text):
+    """A generator of disallowed tokens is read once: a text with a lone surrogate (encoded
+    again with it replaced) is still checked against it, as tiktoken checks it."""
+    tm, tt = cl100k
+    for allowed in ("all", set()):
+        for name in ("encode", "encode_to_numpy"):
+            _same_outcome(
+                lambda: getattr(tm, name)(text, allowed_special=allowed, disallowed_special=(t for t in [E])),
+                lambda: getattr(tt, name)(text, allowed_special=allowed, disallowed_special=(t for t in [E])),
+            )
+        _same_outcome(
+            lambda: _unstable(tm, text, allowed_special=allowed, disallowed_special=(t for t in [E])),
+            lambda: _unstable(tt, text, allowed_special=allowed, disallowed_special=(t for t in [E])),
+        )
+        _same_outcome(
+            lambda: tm.encode_batch(["fine", text], allowed_special=allowed, disallowed_special=iter([E])),
+            lambda: tt.encode_batch(["fine", text], allowed_special=allowed, disallowed_special=iter([E])),
+        )
+
+
+def test_disallowed_specials_are_looked_for_in_the_text_as_given(cl100k):
+    """tiktoken checks the text for disallowed special tokens before it replaces lone
+    surrogates: a special token that only the replacement makes (an astral character from a
+    surrogate pair, or U+FFFD) is not disallowed text, and is encoded as ordinary text."""
+    _, tt = cl100k
+    specials = {E: 100257, "\U0001f642": 100300, "a\ufffdb": 100301}
+    args = dict(pat_str=tt._pat_str, mergeable_ranks=tt._mergeable_ranks, special_tokens=specials)
+    tm2, tt2 = tokenmill.Encoding("emoji-specials", **args), tiktoken.Encoding("emoji-specials", **args)
+    for text in ("\ud83d\ude42", "a\ud800b", "x \ud83d\ude42 a\ufffdb", "\ud83d\ude42" + E):
+        # (tiktoken's encode_to_numpy fails on lone surrogates; tokenmill's replaces them,
+        # as encode does)
+        for name in ("encode", "encode_to_numpy"):
+            _same_outcome(lambda: getattr(tm2, name)(text), lambda: tt2.encode(text))
+        _same_outcome(lambda: tm2.encode_batch([text, "ok"]), lambda: tt2.encode_batch([text, "ok"]))
+        _same_outcome(lambda: tm2.count_tokens(text), lambda: len(tt2.encode(text)))
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [["x" + E, None], ["ok", "x" + E, 5], ["ok", None, "x" + E], ["\ud800" + E, b"x"], ["\ud800", 3, E]],
+)
+def test_a_batch_fails_on_its_first_bad_text_whatever_the_error(cl100k, batch):
+    """tiktoken's batch encodes its texts in order, so the first text that fails decides the
+    error: a disallowed special token before an item that is no str is a ValueError."""
+    tm, tt = cl100k
+    for threads in (1, 4):
+        _same_outcome(lambda: tm.encode_batch(batch, num_threads=threads), lambda: tt.encode_batch(batch, num_threads=threads))
+
+
+@pytest.mark.parametrize("threads", [2, 2.0, 0.5, 7.5, 2**64 + 1, True])
+def test_num_threads_as_thread_pool_executor_takes_it(cl100k, threads):
+    """tiktoken hands num_threads to ThreadPoolExecutor, which takes any number above 0
+    (numpy's ints, floats)."""
+    np = pytest.importorskip("numpy")
+    tm, tt = cl100k
+    texts = ["hello world", "goodbye world " * 300, E]
+    for n in (threads, np.int64(2) if threads == 2 else threads):
+        _same_outcome(lambda: tm.encode_batch(texts, num_threads=n, allowed_special="all"), lambda: tt.encode_batch(texts, num_threads=n, allowed_special="all"))
+        _same_outcome(lambda: tm.encode_ordinary_batch(texts, num_threads=n), lambda: tt.encode_ordinary_batch(texts, num_threads=n))
+        ids = tt.encode_ordinary_batch(texts)
+        _same_outcome(lambda: tm.decode_batch(ids, num_threads=n), lambda: tt.decode_batch(ids, num_threads=n))
+        _same_outcome(lambda: tm.decode_bytes_batch(ids, num_threads=n), lambda: tt.decode_bytes_batch(ids, num_threads=n))
+    for bad in (0, -1, "2", 0.0):
+        _same_outcome(lambda: tm.encode_batch(texts, num_threads=bad), lambda: tt.encode_batch(texts, num_threads=bad))
+
+
+def test_special_token_arguments_of_every_form(cl100k):
+    """allowed_special must be "all" or a set (tiktoken's TypeError for a list, a tuple or a
+    dict); disallowed_special other than "all" is made a frozenset, so a str means its
+    characters, and a batch refuses None."""
+    tm, tt = cl100k
+    texts = ["hi", "x<y", "a" + E, "none of it"]
+    allowed_forms = ["all", set(), {E}, frozenset([E]), [E], (E,), {E: 1}, {E: 1}.keys(), "none", None]
+    disallowed_forms = ["all", (), set(), [E], (E,), frozenset([E]), "none", E, "", None, False, 0, {"x"}]
+    for allowed in allowed_forms:
+        for disallowed in disallowed_forms:
+            for text in texts:
+                for name in ("encode", "encode_to_numpy"):
+                    _same_outcome(
+                        lambda: getattr(tm, name)(text, allowed_special=allowed, disallowed_special=disallowed),
+                        lambda: getattr(tt, name)(text, allowed_special=allowed, disallowed_special=disallowed),
+                    )
+                _same_outcome(
+                    lambda: _unstable(tm, text, allowed_special=allowed, disallowed_special=disallowed),
+                    lambda: _unstable(tt, text, allowed_special=allowed, disallowed_special=disallowed),
+                )
+            _same_outcome(
+                lambda: tm.encode_batch(texts, allowed_special=allowed, disallowed_special=disallowed),
+                lambda: tt.encode_batch(texts, allowed_special=allowed, disallowed_special=disallowed),
+            )
+
+
+@pytest.mark.parametrize("text", ["hello", "", "a\ud800b"])
+def test_a_str_given_to_a_batch_is_its_characters(cl100k, text):
+    """tiktoken's batch calls iterate what they are given: a str is one text per character."""
+    tm, tt = cl100k
+    _same_outcome(lambda: tm.encode_batch(text), lambda: tt.encode_batch(text))
+    _same_outcome(lambda: tm.encode_ordinary_batch(text), lambda: tt.encode_ordinary_batch(text))
+    _same_outcome(lambda: tm.encode_ordinary_batch(text.encode("utf-8", "surrogatepass")), lambda: tt.encode_ordinary_batch(text.encode("utf-8", "surrogatepass")))
+
+
+def _hooked(base):
+    """A subclass of ``base`` overriding the methods tiktoken's batch and per-token methods
+    call for each item (marking what they return)."""
+
+    class Hooked(base):
+        def encode(self, text, **kw):
+            return [999] + super().encode(text, **kw)
+
+        def encode_ordinary(self, text):
+            return [998] + super().encode_ordinary(text)
+
+        def decode(self, tokens, errors="replace"):
+            return "<" + super().decode(tokens, errors=errors) + ">"
+
+        def decode_bytes(self, tokens):
+            return b"[" + super().decode_bytes(tokens) + b"]"
+
+        def decode_single_token_bytes(self, token):
+            return b"|" + super().decode_single_token_bytes(token)
+
+    return Hooked
+
+
+def test_subclass_overrides_are_called_by_batch_and_per_token_methods(cl100k):
+    """tiktoken's encode_batch calls self.encode for each text, decode_batch self.decode,
+    decode_tokens_bytes self.decode_single_token_bytes, and so on: a subclass that overrides
+    one sees it used, as with tiktoken."""
+    _, tt = cl100k
+    args = dict(pat_str=tt._pat_str, mergeable_ranks=tt._mergeable_ranks, special_tokens=tt._special_tokens)
+    tm2 = _hooked(tokenmill.Encoding)("hooked", **args)
+    tt2 = _hooked(tiktoken.Encoding)("hooked", **args)
+    texts = ["hello world", "a" + E, "naïve café"]
+    ids = tt.encode_ordinary_batch(texts)
+    for call in (
+        lambda e: e.encode_batch(texts, allowed_special="all"),
+        lambda e: e.encode_batch(texts),
+        lambda e: e.encode_ordinary_batch(texts),
+        lambda e: e.decode_batch(ids),
+        lambda e: e.decode_bytes_batch(ids),
+        lambda e: e.decode_tokens_bytes(ids[2]),
+        lambda e: e.decode_with_offsets(ids[0]),
+    ):
+        _same_outcome(lambda: call(tm2), lambda: call(tt2))

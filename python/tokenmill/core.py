@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import array
 import functools
+import math
+import operator
+import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, AbstractSet, Collection, Literal, Sequence, Union
 
 from tokenmill import _core
@@ -40,23 +44,36 @@ class VocabularySizeError(ValueError, AssertionError):
     also an ``AssertionError`` for code written against it."""
 
 
+_MAX_THREADS = 1 << 16
+
+
 def _threads(num_threads: object) -> int:
-    """tiktoken's ``num_threads`` semantics: None means the default, anything below 1 fails."""
+    """tiktoken's ``num_threads``, which it gives to ``ThreadPoolExecutor``: None means the
+    default, a number below 1 fails, any other number (a numpy int, a float) is taken up
+    to the next whole thread. The engine uses at most the cores available."""
     if num_threads is None:
         return _core.available_cores()
-    if not isinstance(num_threads, int):
-        raise TypeError(f"num_threads must be an int, got {type(num_threads).__name__}")
-    if num_threads <= 0:
+    if num_threads <= 0:  # type: ignore[operator]
         raise ValueError("num_threads must be greater than 0")
-    return num_threads
+    try:
+        n = operator.index(num_threads)  # type: ignore[arg-type]
+    except TypeError:
+        n = _MAX_THREADS if num_threads >= _MAX_THREADS else math.ceil(num_threads)  # type: ignore[operator,call-overload]
+    return min(n, _MAX_THREADS)
 
 
 def _as_list(texts: object) -> list:
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("expected a list of str, got a single " + type(texts).__name__)
     # (the engine reads an exact list's items in place; a subclass, which may iterate its
-    # own way, is iterated as tiktoken iterates it)
+    # own way, is iterated as tiktoken iterates it, and so is anything else: a str is
+    # one text per character, as tiktoken's batch calls take it, and bytes are ints)
     return texts if type(texts) is list else list(texts)  # type: ignore[call-overload]
+
+
+@functools.lru_cache(maxsize=64)
+def _search_for(tokens: frozenset) -> re.Pattern:
+    """A regex that finds any of ``tokens`` (tiktoken's check for disallowed special tokens,
+    made where the text is not valid UTF-8 and the engine cannot look)."""
+    return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
 
 
 def _batch_type_error(texts: list) -> TypeError:
@@ -122,6 +139,46 @@ class Encoding:
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
 
+    # ------------------------------------------------------------------ special-token arguments
+
+    def _special_args(self, allowed_special, disallowed_special, texts, batch: bool = False):
+        """``allowed_special`` and ``disallowed_special`` resolved as tiktoken resolves them,
+        with its errors: ``disallowed_special`` other than ``"all"`` is made a frozenset
+        once (a generator is read once, a str gives its characters), in a batch even when
+        empty (tiktoken's ``TypeError`` for ``None``); ``allowed_special`` must be ``"all"``
+        or a set, which tiktoken's engine finds out only after the disallowed tokens have
+        been looked for in ``texts`` (the text, or a batch's first). The engine takes
+        ``"all"`` as it is."""
+        if disallowed_special != "all" and (batch or disallowed_special):
+            if not isinstance(disallowed_special, frozenset):
+                disallowed_special = frozenset(disallowed_special)
+        if not (isinstance(allowed_special, (set, frozenset)) or allowed_special == "all"):
+            if disallowed_special == "all":
+                disallowed_special = frozenset(self.special_tokens_set - allowed_special)
+            for text in texts:
+                self._check_as_given(text, set(), disallowed_special)
+                raise TypeError(
+                    f'allowed_special must be "all" or a set of str, got {type(allowed_special).__name__}'
+                )
+        return allowed_special, (disallowed_special or ())
+
+    def _check_as_given(self, text: str, allowed_special, disallowed_special) -> None:
+        """tiktoken's check for disallowed special tokens, on ``text`` as given: run where
+        ``text`` holds lone surrogates (and is encoded with them replaced, without the
+        check), as tiktoken checks before it replaces them."""
+        if disallowed_special == "all":
+            allowed = self.special_tokens_set if allowed_special == "all" else allowed_special
+            disallowed_special = frozenset(self.special_tokens_set - allowed)
+        if disallowed_special and (match := _search_for(disallowed_special).search(text)):
+            token = match.group()
+            self._core_bpe.encode(token, set(), frozenset([token]))  # raises its ValueError
+            raise ValueError(f"disallowed special token {token!r}")  # (not reached)
+
+    def _overrides(self, name: str) -> bool:
+        """Whether a subclass overrides method ``name``, which tiktoken's batch and
+        per-token methods then call for each item."""
+        return getattr(type(self), name) is not getattr(Encoding, name)
+
     # ------------------------------------------------------------------ encoding
 
     def encode_ordinary(self, text: str) -> list[int]:
@@ -159,14 +216,17 @@ class Encoding:
         >>> enc.encode("<|endoftext|>", allowed_special="all")
         [100257]
         """
-        if not disallowed_special:
-            disallowed_special = ()
+        if (allowed_special.__class__ is set or allowed_special == "all") and (
+            disallowed_special == "all" or not disallowed_special
+        ):
+            disallowed_special = disallowed_special or ()  # (the common forms, at once)
+        else:
+            allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, (text,))
         try:
             return self._core_bpe.encode(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
-            return self._core_bpe.encode(
-                _replace_surrogates(text), allowed_special, disallowed_special
-            )
+            self._check_as_given(text, allowed_special, disallowed_special)
+            return self._core_bpe.encode(_replace_surrogates(text), allowed_special, ())
 
     def encode_to_numpy(
         self,
@@ -178,14 +238,12 @@ class Encoding:
         """Like :meth:`encode`, returning a ``numpy.uint32`` array (no Python ints made)."""
         import numpy as np
 
-        if not disallowed_special:
-            disallowed_special = ()
+        allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, (text,))
         try:
             raw = self._core_bpe.encode_to_bytes(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
-            raw = self._core_bpe.encode_to_bytes(
-                _replace_surrogates(text), allowed_special, disallowed_special
-            )
+            self._check_as_given(text, allowed_special, disallowed_special)
+            raw = self._core_bpe.encode_to_bytes(_replace_surrogates(text), allowed_special, ())
         return np.frombuffer(raw, dtype=np.uint32)
 
     def encode_ordinary_batch(
@@ -197,6 +255,9 @@ class Encoding:
         >>> enc.encode_ordinary_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        if self._overrides("encode_ordinary"):
+            with ThreadPoolExecutor(num_threads) as e:
+                return list(e.map(self.encode_ordinary, text))
         return self._ordinary_batch(self._core_bpe.encode_ordinary_batch, text, num_threads)
 
     def _ordinary_batch(self, core_call, text, num_threads):
@@ -225,6 +286,15 @@ class Encoding:
         >>> enc.encode_batch(["hello world", "goodbye world"])
         [[15339, 1917], [19045, 29474, 1917]]
         """
+        if self._overrides("encode"):
+            texts = _as_list(text)
+            allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, texts[:1], batch=True)
+            if disallowed_special == "all":
+                allowed = self.special_tokens_set if allowed_special == "all" else allowed_special
+                disallowed_special = frozenset(self.special_tokens_set - allowed)
+            encoder = functools.partial(self.encode, allowed_special=allowed_special, disallowed_special=disallowed_special)
+            with ThreadPoolExecutor(num_threads) as e:
+                return list(e.map(encoder, texts))
         return self._special_batch(
             self._core_bpe.encode_batch, text, num_threads, allowed_special, disallowed_special
         )
@@ -234,19 +304,23 @@ class Encoding:
         tiktoken's argument checks, its TypeError for an item that is no str, and its
         fix-up of lone surrogates (the texts encoded again with them replaced)."""
         num_threads = _threads(num_threads)
-        if not disallowed_special:
-            disallowed_special = ()
         texts = _as_list(text)
+        allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, texts[:1], batch=True)
         try:
             return core_call(texts, allowed_special, disallowed_special, num_threads)
         except TypeError as e:
-            if all(isinstance(t, str) for t in texts):
+            first = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+            if first is None:
                 raise
+            # (the texts before it are encoded first, as tiktoken's loop goes: a disallowed
+            # special token among them is the error)
+            for t in texts[:first]:
+                self._check_as_given(t, allowed_special, disallowed_special)
             raise _batch_type_error(texts) from e
         except UnicodeEncodeError:
-            return core_call(
-                [_replace_surrogates(t) for t in texts], allowed_special, disallowed_special, num_threads
-            )
+            for t in texts:
+                self._check_as_given(t, allowed_special, disallowed_special)
+            return core_call([_replace_surrogates(t) for t in texts], allowed_special, (), num_threads)
 
     def encode_batch_to_numpy(
         self,
@@ -293,12 +367,12 @@ class Encoding:
         >>> enc.count_tokens("<|endoftext|>", allowed_special="all")
         1
         """
-        if not disallowed_special:
-            disallowed_special = ()
+        allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, (text,))
         try:
             return self._core_bpe.count(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
-            return self._core_bpe.count(_replace_surrogates(text), allowed_special, disallowed_special)
+            self._check_as_given(text, allowed_special, disallowed_special)
+            return self._core_bpe.count(_replace_surrogates(text), allowed_special, ())
 
     def count_tokens_ordinary(self, text: str) -> int:
         """The number of ids :meth:`encode_ordinary` gives for ``text``, without making them.
@@ -347,14 +421,12 @@ class Encoding:
         Every completion, appended to the stable tokens, decodes to bytes starting with
         ``text``. As in tiktoken, this API should itself be considered unstable.
         """
-        if not disallowed_special:
-            disallowed_special = ()
+        allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, (text,))
         try:
             return self._core_bpe.encode_with_unstable(text, allowed_special, disallowed_special)
         except UnicodeEncodeError:
-            return self._core_bpe.encode_with_unstable(
-                _replace_surrogates(text), allowed_special, disallowed_special
-            )
+            self._check_as_given(text, allowed_special, disallowed_special)
+            return self._core_bpe.encode_with_unstable(_replace_surrogates(text), allowed_special, ())
 
     def encode_single_token(self, text_or_bytes: str | bytes) -> int:
         """Returns the id of a text (or bytes) that is exactly one token, special tokens
@@ -409,6 +481,8 @@ class Encoding:
         >>> enc.decode_tokens_bytes([15339, 1917])
         [b'hello', b' world']
         """
+        if self._overrides("decode_single_token_bytes"):
+            return [self.decode_single_token_bytes(token) for token in tokens]
         if not isinstance(tokens, (list, tuple, memoryview, array.array)) and not hasattr(tokens, "__array_interface__"):
             # tiktoken accepts any iterable here; lists, tuples and arrays (numpy's and the
             # standard library's, read in place; an array that holds no ids fails as
@@ -442,6 +516,9 @@ class Encoding:
     ) -> list[str]:
         """Decodes many token lists (in parallel) into strings; the first list that fails
         raises its error, as a loop of ``decode`` calls would."""
+        if self._overrides("decode"):
+            with ThreadPoolExecutor(num_threads) as e:
+                return list(e.map(functools.partial(self.decode, errors=errors), batch))
         return self._core_bpe.decode_str_batch(list(batch), errors, _threads(num_threads))
 
     def decode_bytes_batch(
@@ -449,6 +526,9 @@ class Encoding:
     ) -> list[bytes]:
         """Decodes many token lists (in parallel) into bytes; the first list that fails
         raises its error, as a loop of ``decode_bytes`` calls would."""
+        if self._overrides("decode_bytes"):
+            with ThreadPoolExecutor(num_threads) as e:
+                return list(e.map(self.decode_bytes, batch))
         return self._core_bpe.decode_bytes_batch(list(batch), _threads(num_threads))
 
     # ------------------------------------------------------------------ vocabulary
