@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashSet;
 
 use crate::batch;
@@ -50,6 +50,12 @@ fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
         | Error::PieceTooLong(_)
         | Error::CorpusTooLarge(_) => PyValueError::new_err(e.to_string()),
     }
+}
+
+/// `disallowed_special` as given, or none (an empty tuple) where a call leaves it out, as
+/// tiktoken's own engine calls do.
+fn none_disallowed<'py>(py: Python<'py>, disallowed: Option<&Bound<'py, PyAny>>) -> Bound<'py, PyAny> {
+    disallowed.cloned().unwrap_or_else(|| PyTuple::empty(py).into_any())
 }
 
 /// Resolves tiktoken's `allowed_special` / `disallowed_special` arguments.
@@ -1150,19 +1156,30 @@ impl PyCoreBPE {
         encode_list(py, &self.inner, text, None)
     }
 
-    fn encode<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
-        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+    /// As tiktoken's `CoreBPE.encode(text, allowed_special)` when `disallowed_special` is
+    /// left out (no check for disallowed special tokens, which tiktoken makes in Python).
+    #[pyo3(signature = (text, allowed_special, disallowed_special=None))]
+    fn encode<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+        let policy = parse_policy(&self.inner, allowed_special, &none_disallowed(py, disallowed_special))?;
         encode_list(py, &self.inner, text, Some(&policy))
     }
 
     /// Token ids as native-endian uint32 bytes (for `numpy.frombuffer`).
-    fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+    #[pyo3(signature = (text, allowed_special, disallowed_special=None))]
+    fn encode_to_bytes<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyBytes>> {
+        let policy = parse_policy(&self.inner, allowed_special, &none_disallowed(py, disallowed_special))?;
         if let Some(bytes) = long_text_bytes(text)? {
             return encode_into_bytes(py, &self.inner, text, Some(&policy), bytes);
         }
         let tokens = with_text(py, text, |text| self.inner.encode(text, &policy))?.map_err(|e| to_py_err(py, e))?;
         Ok(u32_bytes(py, &tokens))
+    }
+
+    /// tiktoken's name for [`encode_to_bytes`](Self::encode_to_bytes) without
+    /// `disallowed_special` (its buffer and these bytes both read as uint32 through
+    /// `numpy.frombuffer`).
+    fn encode_to_tiktoken_buffer<'py>(&self, py: Python<'py>, text: &Bound<'py, PyString>, allowed_special: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        self.encode_to_bytes(py, text, allowed_special, None)
     }
 
     #[pyo3(signature = (texts, allowed_special, disallowed_special, num_threads))]
@@ -1206,8 +1223,9 @@ impl PyCoreBPE {
         count_batch(py, &self.inner, &BatchTexts::of_list(texts)?, Some(&policy), num_threads)
     }
 
-    fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: &Bound<'_, PyAny>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
-        let policy = parse_policy(&self.inner, allowed_special, disallowed_special)?;
+    #[pyo3(signature = (text, allowed_special, disallowed_special=None))]
+    fn encode_with_unstable(&self, py: Python<'_>, text: &Bound<'_, PyString>, allowed_special: &Bound<'_, PyAny>, disallowed_special: Option<&Bound<'_, PyAny>>) -> PyResult<(Vec<Rank>, Vec<Vec<Rank>>)> {
+        let policy = parse_policy(&self.inner, allowed_special, &none_disallowed(py, disallowed_special))?;
         with_text(py, text, |text| self.inner.encode_with_unstable(text, &policy))?.map_err(|e| to_py_err(py, e))
     }
 

@@ -1737,3 +1737,20 @@ def test_subclass_overrides_are_called_by_batch_and_per_token_methods(cl100k):
         lambda e: e.decode_with_offsets(ids[0]),
     ):
         _same_outcome(lambda: call(tm2), lambda: call(tt2))
+
+
+def test_core_bpe_takes_tiktokens_two_argument_calls(cl100k):
+    """Code that reaches into ``enc._core_bpe`` calls tiktoken's engine with the text and
+    the allowed special tokens only (tiktoken checks disallowed ones in Python):
+    ``encode``, ``encode_with_unstable`` and ``encode_to_tiktoken_buffer``."""
+    np = pytest.importorskip("numpy")
+    tm, tt = cl100k
+    for text in ("hello " + E + " world", "plain text", ""):
+        for allowed in (set(), {E}, tt.special_tokens_set):
+            assert tm._core_bpe.encode(text, allowed) == tt._core_bpe.encode(text, allowed)
+            got = np.frombuffer(tm._core_bpe.encode_to_tiktoken_buffer(text, allowed), dtype=np.uint32)
+            want = np.frombuffer(tt._core_bpe.encode_to_tiktoken_buffer(text, allowed), dtype=np.uint32)
+            assert got.tolist() == want.tolist()
+            stable, completions = tm._core_bpe.encode_with_unstable(text, allowed)
+            want_stable, want_completions = tt._core_bpe.encode_with_unstable(text, allowed)
+            assert (stable, sorted(completions)) == (want_stable, sorted(want_completions))

@@ -31,9 +31,14 @@ class CoreBPE:
     def fast_pretokenizer(self) -> bool:
         """Whether the pattern runs on the fast DFA path (else on fancy-regex)."""
     def encode_ordinary(self, text: str) -> list[int]: ...
-    def encode(self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed) -> list[int]: ...
-    def encode_to_bytes(self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed) -> bytes:
+    def encode(self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed | None = None) -> list[int]:
+        """Without ``disallowed_special``, as tiktoken's ``CoreBPE.encode(text, allowed_special)``."""
+    def encode_to_bytes(
+        self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed | None = None
+    ) -> bytes:
         """Token ids as native-endian uint32 bytes."""
+    def encode_to_tiktoken_buffer(self, text: str, allowed_special: _Allowed) -> bytes:
+        """tiktoken's name for ``encode_to_bytes`` without ``disallowed_special``."""
     def encode_batch(
         self, texts: Sequence[str], allowed_special: _Allowed, disallowed_special: _Disallowed, num_threads: int
     ) -> list[list[int]]: ...
@@ -51,7 +56,7 @@ class CoreBPE:
     ) -> tuple[bytes, bytes]:
         """Native-endian uint32 ids of every text, one after the other, and int64 offsets."""
     def encode_with_unstable(
-        self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed
+        self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed | None = None
     ) -> tuple[list[int], list[list[int]]]: ...
     def encode_single_token(self, piece: bytes) -> int: ...
     def encode_single_piece(self, piece: bytes) -> list[int]: ...
