@@ -1140,8 +1140,11 @@ impl PyCoreBPE {
         let tokens = DictTokens::read(mergeable_ranks)?;
         let mut specials = Vec::with_capacity(special_tokens.len());
         for (k, v) in special_tokens.iter() {
-            let k: String = k.extract().map_err(|_| PyTypeError::new_err("special_tokens keys must be str"))?;
-            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("special_tokens values must be ints in [0, 2**32)"))?;
+            // (PyO3's own errors, as tiktoken's: a TypeError for a key that is no str or a
+            // value that is no int, UnicodeEncodeError for a lone surrogate, OverflowError
+            // for an int outside [0, 2**32))
+            let k: String = k.extract()?;
+            let v: Rank = v.extract()?;
             specials.push((k, v));
         }
         let pattern = pattern.to_string();
@@ -1432,7 +1435,7 @@ impl DictTokens {
         let mut ends: Vec<(usize, Rank)> = Vec::with_capacity(mergeable_ranks.len());
         for (k, v) in mergeable_ranks.iter() {
             let k = k.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("mergeable_ranks keys must be bytes"))?;
-            let v: Rank = v.extract().map_err(|_| PyTypeError::new_err("mergeable_ranks values must be ints in [0, 2**32)"))?;
+            let v: Rank = v.extract()?; // (TypeError, or OverflowError outside [0, 2**32), as tiktoken's)
             bytes.extend_from_slice(k.as_bytes());
             ends.push((bytes.len(), v));
         }

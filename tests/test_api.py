@@ -1754,3 +1754,26 @@ def test_core_bpe_takes_tiktokens_two_argument_calls(cl100k):
             stable, completions = tm._core_bpe.encode_with_unstable(text, allowed)
             want_stable, want_completions = tt._core_bpe.encode_with_unstable(text, allowed)
             assert (stable, sorted(completions)) == (want_stable, sorted(want_completions))
+
+
+def test_constructor_errors_are_tiktokens():
+    """A vocabulary tiktoken refuses is refused with the same exception type: an id outside
+    [0, 2**32) is an OverflowError, a rank that is no int a TypeError, a special token with
+    a lone surrogate a UnicodeEncodeError, no ranks at all (None) an AttributeError."""
+    base = {bytes([i]): i for i in range(256)}
+    cases = [
+        dict(mergeable_ranks={**base, b"ab": -1}, special_tokens={}),
+        dict(mergeable_ranks={**base, b"ab": 2**32}, special_tokens={}),
+        dict(mergeable_ranks={**base, b"ab": 1.5}, special_tokens={}),
+        dict(mergeable_ranks={**base, "ab": 300}, special_tokens={}),
+        dict(mergeable_ranks=base, special_tokens={"<\ud800>": 256}),
+        dict(mergeable_ranks=base, special_tokens={"<x>": -5}),
+        dict(mergeable_ranks=base, special_tokens={b"<x>": 300}),
+        dict(mergeable_ranks=None, special_tokens={}),
+        dict(mergeable_ranks={}, special_tokens={}),
+    ]
+    for kw in cases:
+        _same_outcome(
+            lambda: tokenmill.Encoding("x", pat_str=r"\w+|.", **kw).name,
+            lambda: tiktoken.Encoding("x", pat_str=r"\w+|.", **kw).name,
+        )

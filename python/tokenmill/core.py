@@ -116,11 +116,10 @@ class Encoding:
         self._mergeable_ranks = mergeable_ranks
         self._special_tokens = special_tokens
 
-        if not mergeable_ranks:
+        ranks = mergeable_ranks.values()  # (tiktoken's AttributeError for None)
+        if not ranks:
             raise ValueError("mergeable_ranks is empty: an encoding needs at least one token")
-        self.max_token_value = max(
-            max(mergeable_ranks.values()), max(special_tokens.values(), default=0)
-        )
+        self.max_token_value = max(max(ranks), max(special_tokens.values(), default=0))
         if explicit_n_vocab:
             n = len(mergeable_ranks) + len(special_tokens)
             if n != explicit_n_vocab:
