@@ -44,6 +44,10 @@ fn make_ready(text: &Bound<'_, PyString>) -> PyResult<()> {
 
 /// Where the characters of the str `p` are stored, read from its header alone: its
 /// length, width and data never change once it is ready, so any thread may read them.
+/// (The width and the ASCII flag share a word of the header with the `interned` bits,
+/// which `sys.intern` may set meanwhile from a thread holding the GIL: strictly a race on
+/// that word, though the bits read here are never among those written, and an aligned
+/// word's load on the platforms built for sees the word before or after the write.)
 ///
 /// # Safety
 /// `p` must be a ready str (see [`make_ready`]) that outlives `'a`.
