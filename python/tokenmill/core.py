@@ -152,8 +152,7 @@ class Encoding:
             if not isinstance(disallowed_special, frozenset):
                 disallowed_special = frozenset(disallowed_special)
         if not (isinstance(allowed_special, (set, frozenset)) or allowed_special == "all"):
-            if disallowed_special == "all":
-                disallowed_special = frozenset(self.special_tokens_set - allowed_special)
+            disallowed_special = self._disallowed_set(allowed_special, disallowed_special)
             for text in texts:
                 self._check_as_given(text, set(), disallowed_special)
                 raise TypeError(
@@ -165,13 +164,19 @@ class Encoding:
         """tiktoken's check for disallowed special tokens, on ``text`` as given: run where
         ``text`` holds lone surrogates (and is encoded with them replaced, without the
         check), as tiktoken checks before it replaces them."""
-        if disallowed_special == "all":
-            allowed = self.special_tokens_set if allowed_special == "all" else allowed_special
-            disallowed_special = frozenset(self.special_tokens_set - allowed)
+        disallowed_special = self._disallowed_set(allowed_special, disallowed_special)
         if disallowed_special and (match := _search_for(disallowed_special).search(text)):
             token = match.group()
             self._core_bpe.encode(token, set(), frozenset([token]))  # raises its ValueError
             raise ValueError(f"disallowed special token {token!r}")  # (not reached)
+
+    def _disallowed_set(self, allowed_special, disallowed_special):
+        """``disallowed_special`` as tiktoken makes it: ``"all"`` is every special token not
+        allowed (a set difference, which refuses an ``allowed_special`` that is no set)."""
+        if disallowed_special != "all":
+            return disallowed_special
+        allowed = self.special_tokens_set if allowed_special == "all" else allowed_special
+        return frozenset(self.special_tokens_set - allowed)
 
     def _overrides(self, name: str) -> bool:
         """Whether a subclass overrides method ``name``, which tiktoken's batch and
@@ -288,9 +293,7 @@ class Encoding:
         if self._overrides("encode"):
             texts = _as_list(text)
             allowed_special, disallowed_special = self._special_args(allowed_special, disallowed_special, texts[:1], batch=True)
-            if disallowed_special == "all":
-                allowed = self.special_tokens_set if allowed_special == "all" else allowed_special
-                disallowed_special = frozenset(self.special_tokens_set - allowed)
+            disallowed_special = self._disallowed_set(allowed_special, disallowed_special)
             encoder = functools.partial(self.encode, allowed_special=allowed_special, disallowed_special=disallowed_special)
             with ThreadPoolExecutor(num_threads) as e:
                 return list(e.map(encoder, texts))
