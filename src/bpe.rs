@@ -880,6 +880,34 @@ mod tests {
         }
     }
 
+    /// A piece of 2^32 - 1 bytes or more would wrap the parts' `u32` numbers: both merges
+    /// of long pieces refuse it before reading a byte. The piece is a mapping of that many
+    /// bytes that is never touched (no memory behind it).
+    #[cfg(all(unix, target_pointer_width = "64"))]
+    #[test]
+    fn pieces_too_long_for_part_numbers_are_refused() {
+        let mut ranks: FxHashMap<Vec<u8>, Rank> = FxHashMap::default();
+        for b in 0..=255u8 {
+            ranks.insert(vec![b], b as Rank);
+        }
+        let vocab = Vocab::new(ranks, vec![]).unwrap();
+        let len = NONE as usize;
+        // SAFETY: a fresh private anonymous mapping, read-only, with no swap reserved; it is
+        // only ever passed as a slice whose length is checked, and unmapped at the end.
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+        assert_ne!(map, libc::MAP_FAILED, "mapping {len} bytes");
+        // SAFETY: the mapping is `len` readable bytes (zeros), alive until the unmap below.
+        let piece = unsafe { std::slice::from_raw_parts(map as *const u8, len) };
+        let (mut s, mut out) = (Scratch::default(), Vec::new());
+        assert!(matches!(merge_by_rank_buckets(&vocab, piece, &mut out, &mut s, None), Err(Error::PieceTooLong(n)) if n == len));
+        assert!(matches!(merge_long(&vocab, piece, &mut out, &mut s, None), Err(Error::PieceTooLong(n)) if n == len));
+        assert!(out.is_empty());
+        // One byte shorter passes the check.
+        assert!(check_length(&piece[..len - 1]).is_ok());
+        // SAFETY: the mapping made above, no longer borrowed.
+        unsafe { libc::munmap(map, len) };
+    }
+
     #[test]
     fn pair_memo_remembers_ranks_and_misses_and_passes_large_ids_through() {
         let memo = PairMemo::default();
