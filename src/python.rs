@@ -1303,7 +1303,7 @@ impl PyCoreBPE {
             .map_err(|e| to_py_err(py, e))
     }
 
-    /// Whether the pattern runs on the fast DFA path (else on fancy-regex).
+    /// Whether the pattern runs on a hand-written scanner or the DFA (else on fancy-regex).
     #[getter]
     fn fast_pretokenizer(&self) -> bool {
         self.inner.splitter().is_fast()

@@ -29,7 +29,7 @@ class CoreBPE:
     ) -> None: ...
     @property
     def fast_pretokenizer(self) -> bool:
-        """Whether the pattern runs on the fast DFA path (else on fancy-regex)."""
+        """Whether the pattern runs on a hand-written scanner or the DFA (else on fancy-regex)."""
     def encode_ordinary(self, text: str) -> list[int]: ...
     def encode(self, text: str, allowed_special: _Allowed, disallowed_special: _Disallowed | None = None) -> list[int]:
         """Without ``disallowed_special``, as tiktoken's ``CoreBPE.encode(text, allowed_special)``."""
