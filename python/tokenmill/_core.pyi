@@ -1,5 +1,6 @@
 """Type stubs for the Rust extension ``tokenmill._core``."""
 
+import builtins
 from typing import AbstractSet, Callable, Collection, Literal, Optional, Sequence, Union
 
 __version__: str
@@ -91,6 +92,6 @@ class SpanCounter:
         num_merges: int,
         progress: Optional[Callable[[int, int, int, int, int, int], object]] = None,
         threads: int = 1,
-    ) -> tuple[list[tuple[int, int]], list[bytes]]:
+    ) -> tuple[list[tuple[int, int]], list[builtins.bytes]]:
         """Learns up to ``num_merges`` merges (merges found in many spans split over up to
         ``threads`` threads, with the same result); returns them and every token's bytes by id."""
