@@ -405,7 +405,7 @@ class _EncodingUnpickler(pickle.Unpickler):
         ("tiktoken", "Encoding"): Encoding,
         ("tokenmill.core", "Encoding"): Encoding,
         ("tokenmill", "Encoding"): Encoding,
-        ("copyreg", "_reconstructor"): copyreg._reconstructor,
+        ("copyreg", "_reconstructor"): copyreg._reconstructor,  # type: ignore[attr-defined]  # (private, undeclared)
         ("builtins", "object"): object,
     }
 

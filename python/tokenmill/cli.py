@@ -7,7 +7,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from tokenmill.persist import load_saved_or_named
 
@@ -23,7 +23,8 @@ def _bytes_per_token(enc, texts: Sequence[str]) -> float:
 def _compression_table(trained, held_out: Sequence[str]) -> List[str]:
     from tokenmill.evaluate import load_tokenizers
 
-    rows = [("trained", trained.n_vocab, _bytes_per_token(trained, held_out))]
+    base = _bytes_per_token(trained, held_out)
+    rows: List[Tuple[str, Optional[int], Optional[float]]] = [("trained", trained.n_vocab, base)]
     for label, name in (("GPT-2", "gpt2"), ("GPT-4", "cl100k_base")):
         found, _ = load_tokenizers([name])  # cached vocabularies only: nothing is downloaded
         if not found:
@@ -31,7 +32,6 @@ def _compression_table(trained, held_out: Sequence[str]) -> List[str]:
             continue
         enc = found[0].encoding
         rows.append((f"{label} ({name})", enc.n_vocab, _bytes_per_token(enc, held_out)))
-    base = rows[0][2]
     lines = [f"  {'tokenizer':<22} {'vocab':>8} {'bytes/token':>12} {'vs trained':>11}"]
     for label, n, bpt in rows:
         if bpt is None:
@@ -230,12 +230,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         baseline = match[0].label
 
     limit = None if args.limit_mb is None else int(args.limit_mb * 1e6)
+    notes: List[str] = []
     if args.files:
         docs = ev.file_documents(
             args.files, group_by=args.group_by, lang_from_path=args.lang_from_path,
             input_format=args.input_format, column=args.column, limit_bytes=limit,
         )
-        source, notes, title = ", ".join(args.files), [], args.group_by
+        source, title = ", ".join(args.files), args.group_by
     else:
         if args.group_by != "file" or args.lang_from_path:
             raise ValueError("--group-by and --lang-from-path apply to FILES; the default corpus has a row per domain")

@@ -654,4 +654,4 @@ class Encoding:
         if isinstance(value, str):
             self.__dict__ = registry.get_encoding(value).__dict__
             return
-        self.__init__(**value)  # type: ignore[misc]
+        self.__init__(**value)  # type: ignore[misc, arg-type]

@@ -64,7 +64,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 #: Tokenizers compared when none are named: GPT-2's, GPT-4's and GPT-4o's.
 DEFAULT_TOKENIZERS = ("gpt2", "cl100k_base", "o200k_base")
@@ -173,6 +173,7 @@ def load_tokenizers(
     """
     import tokenmill
     from tokenmill.load import VocabularyNotAvailableError
+    from tokenmill.persist import load as load_saved
 
     loaded: List[Tokenizer] = []
     missing: List[Unavailable] = []
@@ -184,7 +185,7 @@ def load_tokenizers(
         seen.add(key)
         if key[0] == "dir":
             try:
-                enc = tokenmill.load(spec)
+                enc = load_saved(spec)
             except (OSError, ValueError, KeyError) as e:
                 missing.append(Unavailable(spec, f"cannot load the directory: {e}"))
                 continue
@@ -352,7 +353,10 @@ def split_python_source(source: str) -> Optional[Tuple[str, str]]:
         if not isinstance(first.value.value, str):
             continue
         start = offset(first.lineno, first.col_offset, True)
-        cuts.append((start, offset(first.end_lineno, first.end_col_offset, True)))
+        # (a parsed node always has its end; Python only types it optional)
+        end_lineno = first.end_lineno if first.end_lineno is not None else first.lineno
+        end_col = first.end_col_offset if first.end_col_offset is not None else first.col_offset
+        cuts.append((start, offset(end_lineno, end_col, True)))
         doc = inspect.cleandoc(first.value.value).strip()
         if doc:
             prose.append((start, doc))
@@ -387,10 +391,10 @@ def split_python_source(source: str) -> Optional[Tuple[str, str]]:
 _SCOPES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _scopes(tree: ast.AST) -> Iterator[ast.AST]:
+def _scopes(tree: ast.AST) -> Iterator[Union[ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef]]:
     """The module, classes and functions of ``tree`` (the nodes that may have a docstring),
     found by visiting statements only, which is much faster than :func:`ast.walk`."""
-    stack = [tree]
+    stack: List[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, _SCOPES):
@@ -405,7 +409,7 @@ def _cut(source: str, line_starts: List[int], cuts: List[Tuple[int, int]]) -> st
     """``source`` without the character ranges ``cuts`` (sorted, disjoint); a line that the
     cut leaves blank is dropped, and one it shortens loses its trailing blanks."""
     ends = line_starts[1:] + [len(source)]
-    touched = set()
+    touched: set[int] = set()
     for s, e in cuts:
         first = bisect.bisect_right(line_starts, s) - 1
         last = bisect.bisect_right(line_starts, max(e - 1, s)) - 1

@@ -980,24 +980,24 @@ def _check_merges(enc: Encoding, vocab: Mapping[str, int], merges: List[Tuple[st
 
     derived, unreachable = tiktoken_merges(ranks)
     previous: Optional[Tuple[int, int, int, int]] = None  # merge index, new id, left id, right id
-    for rank, left, right in derived:
-        left_id, right_id = ranks[left], ranks[right]
-        i = index.get((left_id, right_id))
-        if i is None:  # (B)
+    for rank, left_bytes, right_bytes in derived:
+        left_id, right_id = ranks[left_bytes], ranks[right_bytes]
+        found = index.get((left_id, right_id))
+        if found is None:  # (B)
             raise ValueError(
                 f"rank-based BPE builds token {_show(enc, rank)} from {_show(enc, left_id)} + "
                 f"{_show(enc, right_id)}, but the merge list has no such merge, so tokenmill and HF "
                 f"would tokenize differently"
             )
-        if previous is not None and i < previous[0]:  # (A)
+        if previous is not None and found < previous[0]:  # (A)
             j, other, other_left, other_right = previous
             raise ValueError(
-                f"merge {i} ({_show(enc, left_id)} + {_show(enc, right_id)} -> id {rank}) comes "
+                f"merge {found} ({_show(enc, left_id)} + {_show(enc, right_id)} -> id {rank}) comes "
                 f"before merge {j} ({_show(enc, other_left)} + {_show(enc, other_right)} -> id "
                 f"{other}) although it makes the larger id: tokenmill applies merges in token-id "
                 f"order, so it needs the ids in merge order"
             )
-        previous = (i, rank, left_id, right_id)
+        previous = (found, rank, left_id, right_id)
 
     if not ignore_merges and unreachable:
         texts, ids = [], []

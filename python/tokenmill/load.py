@@ -373,15 +373,15 @@ def read_file_cached(blobpath: str, expected_hash: Optional[str] = None) -> byte
 
     stale_note = ""
     if cache_path is not None:
-        data = None
+        cached: Optional[bytes] = None
         try:
             with open(cache_path, "rb") as f:
-                data = f.read()
+                cached = f.read()
         except OSError:
             pass  # missing or unreadable: same as not cached
-        if data is not None:
-            if _sha256_matches(data, expected_hash):
-                return data
+        if cached is not None:
+            if _sha256_matches(cached, expected_hash):
+                return cached
             try:
                 os.remove(cache_path)
                 fate = "it was deleted"
@@ -389,7 +389,7 @@ def read_file_cached(blobpath: str, expected_hash: Optional[str] = None) -> byte
                 fate = "it was ignored (and could not be deleted)"
             stale_note = (
                 f"A cached copy exists at {cache_path} but its sha256 "
-                f"({hashlib.sha256(data).hexdigest()}) does not match the expected "
+                f"({hashlib.sha256(cached).hexdigest()}) does not match the expected "
                 f"{expected_hash}; {fate}."
             )
 
