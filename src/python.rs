@@ -838,6 +838,10 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
     };
     let next_run = |wait: bool| runs.next(py, wait);
     let mut take = |mut run: Encoded| -> PyResult<()> {
+        // A signal (Ctrl-C) that arrived meanwhile, its handler run here: an exception it
+        // raises (KeyboardInterrupt) ends the batch, the helpers stopping at their next
+        // text, instead of after the whole batch. Between runs, so about every 16k ids.
+        py.check_signals()?;
         for (i, result) in run.texts.drain(..) {
             match result {
                 Ok(range) => {

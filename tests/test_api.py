@@ -3,6 +3,7 @@ custom encodings, argument validation, batch encoding (threads, fork)."""
 
 from __future__ import annotations
 
+import _thread
 import collections
 import copy
 import ctypes
@@ -1070,6 +1071,37 @@ def test_batch_puts_cpythons_arena_allocator_back(cl100k):
         parts = list(pool.map(lambda k: tm.encode_ordinary_batch(texts[k::3], num_threads=2), range(3)))
     assert _arena_allocator() == original
     assert [ids for k in range(3) for ids in parts[k]] == [ids for k in range(3) for ids in got[k::3]]
+
+
+def test_ctrl_c_stops_a_batch_of_lists_partway(cl100k):
+    """A KeyboardInterrupt (Ctrl-C) during a long batch is raised by the batch as soon as
+    its calling thread next holds the GIL, not once every text is encoded; the helpers stop
+    at their next text, CPython's arena allocator is back, and the encoder works on."""
+    tm, _ = cl100k
+    # 12 MB of random hex words: every piece new, so no cache makes the batch quick.
+    words = os.urandom(6_000_000).hex(" ", 4)
+    texts = [words[i : i + 100_000] for i in range(0, len(words), 100_000)]
+    original = _arena_allocator() if _ARENAS_AHEAD else None
+    t0 = time.perf_counter()
+    whole = tm.encode_ordinary_batch(texts, num_threads=2)
+    full = time.perf_counter() - t0
+    for attempt in range(3):
+        timer = threading.Timer(full / 10, _thread.interrupt_main)
+        timer.start()
+        t0 = time.perf_counter()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                tm.encode_ordinary_batch(texts, num_threads=2)
+        finally:
+            timer.cancel()
+        took = time.perf_counter() - t0
+        # (before the batch checked for signals, it ran to the end: took about `full`)
+        if took < full / 2:
+            break
+    assert took < full / 2, (took, full)
+    if _ARENAS_AHEAD:
+        assert _arena_allocator() == original
+    assert tm.encode_ordinary_batch(texts[:5], num_threads=2) == whole[:5]
 
 
 _ALLOCATOR_SCRIPT = """
