@@ -963,6 +963,68 @@ impl Collector {
     }
 }
 
+/// Signal handlers run now and then during a batch whose calling thread works without the
+/// GIL (`count_tokens_batch`, `encode_batch_to_numpy`), so that Ctrl-C stops it partway as
+/// it stops a batch of lists. Python runs handlers on its main thread only, so only a
+/// batch called there looks, from that thread, at most every [`SIGNAL_CHECK_EVERY`]: it
+/// takes the GIL (which may wait on another Python thread for up to its switch interval,
+/// 5 ms by default) and runs the handlers of signals that arrived; an exception one raises
+/// is kept and ends the batch.
+struct SignalWatch {
+    /// The thread to look from: the calling thread, when it is Python's main thread.
+    on: Option<std::thread::ThreadId>,
+    last: Mutex<std::time::Instant>,
+    raised: Mutex<Option<PyErr>>,
+}
+
+/// How often a batch's calling thread looks for signals (see [`SignalWatch`]).
+const SIGNAL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A batch of fewer characters than this ends before the first look (well within
+/// [`SIGNAL_CHECK_EVERY`]), so it does not even find out which thread it runs on.
+const SIGNAL_WATCH_ABOVE: usize = 1 << 22;
+
+impl SignalWatch {
+    /// The watch for a batch of `chars` characters called on this thread.
+    fn new(py: Python<'_>, chars: usize) -> PyResult<Self> {
+        let idle = || Self { on: None, last: Mutex::new(std::time::Instant::now()), raised: Mutex::new(None) };
+        if chars < SIGNAL_WATCH_ABOVE {
+            return Ok(idle());
+        }
+        let threading = py.import("threading")?;
+        let main = threading.call_method0("main_thread")?.getattr("ident")?;
+        let here = threading.call_method0("get_ident")?;
+        let on = main.eq(here)?.then(|| std::thread::current().id());
+        Ok(Self { on, ..idle() })
+    }
+
+    /// Between two items of the batch, on any of its threads: `Err(Cancelled)` once a
+    /// signal handler has raised.
+    fn check(&self) -> Result<(), Error> {
+        if self.on != Some(std::thread::current().id()) {
+            return Ok(());
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() < SIGNAL_CHECK_EVERY {
+            return Ok(());
+        }
+        *last = std::time::Instant::now();
+        Python::attach(|py| py.check_signals()).map_err(|e| {
+            *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            Error::Cancelled
+        })
+    }
+
+    /// The batch's error as a Python exception: the one a signal handler raised, for a
+    /// batch that ended `Cancelled` by [`SignalWatch::check`].
+    fn into_py_err(self, py: Python<'_>, e: Error) -> PyErr {
+        match (e, self.raised.into_inner().unwrap_or_else(|e| e.into_inner())) {
+            (Error::Cancelled, Some(raised)) => raised,
+            (e, _) => to_py_err(py, e),
+        }
+    }
+}
+
 /// Encodes a batch into one array of ids, every text's after the one before, and where
 /// each text's ids end (for `Encoding.encode_batch_to_numpy`): native-endian uint32 ids
 /// and int64 offsets, `texts.len() + 1` of them from 0, as bytes. No Python object is
@@ -980,22 +1042,23 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
     let bundles = texts.bundles();
     // Each bundle's ids, and where each of its texts' ids end; or its first failure.
     type Bundle = Result<(Vec<Rank>, Vec<usize>), (usize, Failure)>;
-    let mut encoded: Vec<Bundle> = py
-        .detach(|| {
-            batch::map(bundles, threads, |texts| {
-                // (room for about one id per three characters: a few grow once or twice)
-                let mut ids = Vec::with_capacity(texts.clone().map(|i| view.storage(i).chars()).sum::<usize>() / 3 + 16);
-                let mut text_ends = Vec::with_capacity(texts.len());
-                for i in texts.clone() {
-                    if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
-                        return Ok(Err((i, f)));
-                    }
-                    text_ends.push(ids.len());
+    let watch = SignalWatch::new(py, texts.chars())?;
+    let encoded: Result<Vec<Bundle>, Error> = py.detach(|| {
+        batch::map(bundles, threads, |texts| {
+            watch.check()?;
+            // (room for about one id per three characters: a few grow once or twice)
+            let mut ids = Vec::with_capacity(texts.clone().map(|i| view.storage(i).chars()).sum::<usize>() / 3 + 16);
+            let mut text_ends = Vec::with_capacity(texts.len());
+            for i in texts.clone() {
+                if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
+                    return Ok(Err((i, f)));
                 }
-                Ok(Ok((ids, text_ends)))
-            })
+                text_ends.push(ids.len());
+            }
+            Ok(Ok((ids, text_ends)))
         })
-        .map_err(|e| to_py_err(py, e))?;
+    });
+    let mut encoded = encoded.map_err(|e| watch.into_py_err(py, e))?;
     // (bundles in order, each stopped at its first failure: the first failed bundle holds
     // the batch's first failure)
     if let Some(k) = encoded.iter().position(Result::is_err) {
@@ -1096,22 +1159,25 @@ fn count_batch<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, pol
     let small = n > 1 && texts.chars() < SMALL_BATCH;
     let threads = if small { 1 } else { threads.min(batch::available_cores()) };
     let bundles = texts.bundles();
-    let counted: Vec<Result<Vec<usize>, (usize, Failure)>> = py
-        .detach(|| {
-            batch::map(bundles, threads, |texts| {
-                let mut ids = Vec::new();
-                let mut counts = Vec::with_capacity(texts.len());
-                for i in texts.clone() {
-                    ids.clear();
-                    if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
-                        return Ok(Err((i, f)));
-                    }
-                    counts.push(ids.len());
+    let watch = SignalWatch::new(py, texts.chars())?;
+    // Each bundle's counts, or its first failure.
+    type Counted = Result<Vec<usize>, (usize, Failure)>;
+    let counted: Result<Vec<Counted>, Error> = py.detach(|| {
+        batch::map(bundles, threads, |texts| {
+            watch.check()?;
+            let mut ids = Vec::new();
+            let mut counts = Vec::with_capacity(texts.len());
+            for i in texts.clone() {
+                ids.clear();
+                if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
+                    return Ok(Err((i, f)));
                 }
-                Ok(Ok(counts))
-            })
+                counts.push(ids.len());
+            }
+            Ok(Ok(counts))
         })
-        .map_err(|e| to_py_err(py, e))?;
+    });
+    let counted = counted.map_err(|e| watch.into_py_err(py, e))?;
     let mut all = Vec::with_capacity(n);
     for bundle in counted {
         match bundle {

@@ -1073,17 +1073,37 @@ def test_batch_puts_cpythons_arena_allocator_back(cl100k):
     assert [ids for k in range(3) for ids in parts[k]] == [ids for k in range(3) for ids in got[k::3]]
 
 
-def test_ctrl_c_stops_a_batch_of_lists_partway(cl100k):
-    """A KeyboardInterrupt (Ctrl-C) during a long batch is raised by the batch as soon as
-    its calling thread next holds the GIL, not once every text is encoded; the helpers stop
-    at their next text, CPython's arena allocator is back, and the encoder works on."""
+# Each byte to a lowercase letter, or one in eight to a space.
+_LETTERS_AND_SPACES = bytes(32 if b % 8 == 0 else 97 + b % 26 for b in range(256))
+
+
+@pytest.mark.parametrize(
+    "call, mb",
+    [
+        # (a batch of lists looks for signals each time it takes a run of ids; the others
+        # every 100 ms, hence more text for them)
+        (lambda enc, texts: enc.encode_ordinary_batch(texts, num_threads=2), 12),
+        (lambda enc, texts: enc.count_tokens_batch(texts, num_threads=2), 48),
+        (lambda enc, texts: enc.encode_batch_to_numpy(texts, num_threads=2), 48),
+    ],
+    ids=["lists", "count_tokens_batch", "encode_batch_to_numpy"],
+)
+def test_ctrl_c_stops_a_long_batch_partway(cl100k, call, mb):
+    """A KeyboardInterrupt (Ctrl-C) during a long batch is raised by the batch partway, not
+    once every text is encoded; the pool threads stop at their next text, CPython's arena
+    allocator is back, and the encoder works on."""
     tm, _ = cl100k
-    # 12 MB of random hex words: every piece new, so no cache makes the batch quick.
-    words = os.urandom(6_000_000).hex(" ", 4)
+    if call.__code__.co_names[0] == "encode_batch_to_numpy":
+        pytest.importorskip("numpy")
+    # Random words of random letters: nearly every piece new, so no cache makes the
+    # batch quick.
+    words = os.urandom(mb * 1_000_000).translate(_LETTERS_AND_SPACES).decode("ascii")
     texts = [words[i : i + 100_000] for i in range(0, len(words), 100_000)]
+    del words
     original = _arena_allocator() if _ARENAS_AHEAD else None
+    first = _plain(call(tm, texts[:5]))
     t0 = time.perf_counter()
-    whole = tm.encode_ordinary_batch(texts, num_threads=2)
+    call(tm, texts)
     full = time.perf_counter() - t0
     for attempt in range(3):
         timer = threading.Timer(full / 10, _thread.interrupt_main)
@@ -1091,17 +1111,26 @@ def test_ctrl_c_stops_a_batch_of_lists_partway(cl100k):
         t0 = time.perf_counter()
         try:
             with pytest.raises(KeyboardInterrupt):
-                tm.encode_ordinary_batch(texts, num_threads=2)
+                call(tm, texts)
         finally:
             timer.cancel()
         took = time.perf_counter() - t0
-        # (before the batch checked for signals, it ran to the end: took about `full`)
+        # (before the batch looked for signals, it ran to the end: took about `full`)
         if took < full / 2:
             break
     assert took < full / 2, (took, full)
     if _ARENAS_AHEAD:
         assert _arena_allocator() == original
-    assert tm.encode_ordinary_batch(texts[:5], num_threads=2) == whole[:5]
+    assert _plain(call(tm, texts[:5])) == first
+
+
+def _plain(x):
+    """Lists and numpy arrays, however nested, as lists of Python values."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
 
 
 _ALLOCATOR_SCRIPT = """
