@@ -701,3 +701,47 @@ def test_no_progress_writes_nothing(capsys, det_text):
     trainer.update_from_iterator(det_text[:40], progress=False, max_chars=10_000)
     trainer.train(400, progress=False)
     assert capsys.readouterr() == ("", "")
+
+
+def _span_counter():
+    counter = tokenmill._core.SpanCounter(r"\w+|\s+")
+    counter.update(["hello world " * 1000 + " ".join(f"w{i}x{i * 7}" for i in range(3000))], 1)
+    return counter
+
+
+def test_an_exception_from_the_progress_callback_ends_the_merge_loop_as_itself():
+    """The merge loop calls its progress callback with the GIL taken back; an exception the
+    callback raises stops the loop at once and comes out of ``learn_merges`` unchanged."""
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def progress(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise Stop("enough")
+
+    with pytest.raises(Stop, match="enough"):
+        _span_counter().learn_merges(200, progress, 1)
+    assert len(calls) == 3
+    # Without the exception the same loop goes on to the end.
+    merges, _ = _span_counter().learn_merges(200, lambda *a: None, 1)
+    assert len(merges) == 200
+
+
+def test_ctrl_c_during_the_merge_loop_raises_keyboard_interrupt():
+    """Signal handlers run each time the loop takes the GIL back: a Ctrl-C that arrives
+    during training stops it there."""
+    import _thread
+
+    calls = []
+
+    def progress(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            _thread.interrupt_main()  # as a Ctrl-C arriving now
+
+    with pytest.raises(KeyboardInterrupt):
+        _span_counter().learn_merges(200, progress, 1)
+    assert len(calls) == 2
