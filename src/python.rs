@@ -974,7 +974,30 @@ struct SignalWatch {
     /// The thread to look from: the calling thread, when it is Python's main thread.
     on: Option<std::thread::ThreadId>,
     last: Mutex<std::time::Instant>,
-    raised: Mutex<Option<PyErr>>,
+    raised: Raised,
+}
+
+/// A Python exception raised by Python code that engine work calls back into (a signal
+/// handler, a progress callback), kept while the work ends with [`Error::Cancelled`], and
+/// given back in place of that error.
+#[derive(Default)]
+struct Raised(Mutex<Option<PyErr>>);
+
+impl Raised {
+    /// Keeps `e`; the error that ends the work.
+    fn keep(&self, e: PyErr) -> Error {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        Error::Cancelled
+    }
+
+    /// The work's error as a Python exception: the one kept, if it ended `Cancelled` by
+    /// [`Raised::keep`].
+    fn into_py_err(self, py: Python<'_>, e: Error) -> PyErr {
+        match (e, self.0.into_inner().unwrap_or_else(|e| e.into_inner())) {
+            (Error::Cancelled, Some(raised)) => raised,
+            (e, _) => to_py_err(py, e),
+        }
+    }
 }
 
 /// How often a batch's calling thread looks for signals (see [`SignalWatch`]).
@@ -987,7 +1010,7 @@ const SIGNAL_WATCH_ABOVE: usize = 1 << 22;
 impl SignalWatch {
     /// The watch for a batch of `chars` characters called on this thread.
     fn new(py: Python<'_>, chars: usize) -> PyResult<Self> {
-        let idle = || Self { on: None, last: Mutex::new(std::time::Instant::now()), raised: Mutex::new(None) };
+        let idle = || Self { on: None, last: Mutex::new(std::time::Instant::now()), raised: Raised::default() };
         if chars < SIGNAL_WATCH_ABOVE {
             return Ok(idle());
         }
@@ -1001,7 +1024,9 @@ impl SignalWatch {
     /// Between two items of the batch, on any of its threads: `Err(Cancelled)` once a
     /// signal handler has raised.
     fn check(&self) -> Result<(), Error> {
-        if self.on != Some(std::thread::current().id()) {
+        // (most batches watch nothing: no look at the thread then)
+        let Some(on) = self.on else { return Ok(()) };
+        if on != std::thread::current().id() {
             return Ok(());
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
@@ -1009,19 +1034,13 @@ impl SignalWatch {
             return Ok(());
         }
         *last = std::time::Instant::now();
-        Python::attach(|py| py.check_signals()).map_err(|e| {
-            *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-            Error::Cancelled
-        })
+        Python::attach(|py| py.check_signals()).map_err(|e| self.raised.keep(e))
     }
 
     /// The batch's error as a Python exception: the one a signal handler raised, for a
     /// batch that ended `Cancelled` by [`SignalWatch::check`].
     fn into_py_err(self, py: Python<'_>, e: Error) -> PyErr {
-        match (e, self.raised.into_inner().unwrap_or_else(|e| e.into_inner())) {
-            (Error::Cancelled, Some(raised)) => raised,
-            (e, _) => to_py_err(py, e),
-        }
+        self.raised.into_py_err(py, e)
     }
 }
 
@@ -1442,7 +1461,7 @@ impl PySpanCounter {
         threads: usize,
     ) -> PyResult<(Vec<trainer::Pair>, Bound<'py, PyList>)> {
         let inner = &self.inner;
-        let mut failure: Option<PyErr> = None;
+        let failure = Raised::default();
         let result = py.detach(|| {
             let (spans, counts) = inner.sorted()?;
             trainer::learn_merges(&spans, &counts, num_merges, threads, |p| {
@@ -1451,18 +1470,11 @@ impl PySpanCounter {
                         Some(cb) => cb.call1(py, (p.done, p.total, p.pair.0, p.pair.1, p.new_id, p.count)).map(|_| ()),
                         None => Ok(()),
                     });
-                    outcome.map_err(|e| {
-                        failure = Some(e);
-                        Error::Cancelled
-                    })
+                    outcome.map_err(|e| failure.keep(e))
                 })
             })
         });
-        let merges = match result {
-            Ok(m) => m,
-            Err(Error::Cancelled) if failure.is_some() => return Err(failure.take().unwrap()),
-            Err(e) => return Err(to_py_err(py, e)),
-        };
+        let merges = result.map_err(|e| failure.into_py_err(py, e))?;
         let tokens = trainer::token_bytes(&merges);
         let list = PyList::new(py, tokens.iter().map(|t| PyBytes::new(py, t)))?;
         Ok((merges, list))
