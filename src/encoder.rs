@@ -166,7 +166,9 @@ impl Encoder {
                                 unsafe { out.set_len(len) };
                                 cache.usage.count_hits(std::mem::take(&mut hits));
                                 last = self.encode_chunk_miss(&b[p.start..p.end], p.key, out, scratch, cache)?;
-                                spill.after_piece(out);
+                                if spill.after_piece(out) {
+                                    return Err(Error::Cancelled);
+                                }
                                 out.reserve(MAX_TOKENS * (taken - encoded));
                                 (ids, len) = (out.as_mut_ptr(), out.len());
                             }
@@ -174,7 +176,9 @@ impl Encoder {
                     }
                     // SAFETY: the ids below `len` are written.
                     unsafe { out.set_len(len) };
-                    spill.after_piece(out);
+                    if spill.after_piece(out) {
+                        return Err(Error::Cancelled);
+                    }
                     cache.usage.count_hits(hits);
                     if taken < SCAN_CHUNK || !cache.usage.probing() {
                         break;
@@ -189,7 +193,9 @@ impl Encoder {
         } else {
             self.splitter.for_each_piece(text, |piece| {
                 last = self.encode_piece(piece.as_bytes(), out, scratch, cache)?;
-                spill.after_piece(out);
+                if spill.after_piece(out) {
+                    return Err(Error::Cancelled);
+                }
                 Ok(())
             })?;
         }
@@ -213,7 +219,9 @@ impl Encoder {
             } else {
                 self.encode_keyed(bytes, piece_key(b, start, end), out, scratch, cache)?
             });
-            spill.after_piece(out);
+            if spill.after_piece(out) {
+                return Err(Error::Cancelled);
+            }
         }
         Ok(last)
     }
@@ -396,7 +404,9 @@ impl Encoder {
                 self.encode_ordinary_spilling(&text[start..m.start], out, scratch, spill)?;
             }
             out.push(m.id);
-            spill.after_piece(out);
+            if spill.after_piece(out) {
+                return Err(Error::Cancelled);
+            }
             start = m.end;
             last = 0;
         }
@@ -413,7 +423,10 @@ impl Encoder {
     /// the caches keep close, so a caller that writes them straight to their destination
     /// (a Python list's item array) saves a whole intermediate array of ids and the page
     /// faults of its fresh memory. On an error, `drain` may have been given some ids.
-    pub fn encode_draining(&self, text: &str, policy: Option<&SpecialPolicy>, every: usize, drain: impl FnMut(&[Rank])) -> Result<()> {
+    /// `drain` returns whether to stop: if it says so, the encoding ends there with
+    /// [`Error::Cancelled`] (a caller that looks for Ctrl-C between batches of ids stops a
+    /// long text partway).
+    pub fn encode_draining(&self, text: &str, policy: Option<&SpecialPolicy>, every: usize, drain: impl FnMut(&[Rank]) -> bool) -> Result<()> {
         let every = every.max(1);
         let mut spill = Drain { every, drain };
         let mut out = Vec::with_capacity(every + 64);
@@ -422,7 +435,9 @@ impl Encoder {
             Some(p) => self.encode_spilling(text, p, &mut out, scratch, &mut spill)?,
             None => self.encode_ordinary_spilling(text, &mut out, scratch, &mut spill)?,
         };
-        (spill.drain)(&out);
+        if (spill.drain)(&out) {
+            return Err(Error::Cancelled);
+        }
         Ok(())
     }
 
@@ -441,18 +456,23 @@ impl Encoder {
     pub fn encode_batch<S: AsRef<str> + Sync>(&self, texts: &[S], policy: Option<&SpecialPolicy>, threads: usize) -> Result<Vec<Vec<Rank>>> {
         batch::map(texts, threads, |t| {
             let mut out = Vec::with_capacity(t.as_ref().len() / 3 + 1);
-            self.encode_in_batch(t.as_ref(), policy, threads, &mut out)?;
+            self.encode_in_batch(t.as_ref(), policy, threads, &mut out, &|| Ok(()))?;
             Ok(out)
         })
     }
 
     /// One text of a batch encoded on `threads` cores (see [`Encoder::encode_batch`]): its
     /// special tokens looked for here (on the worker, not before the batch starts), and a
-    /// long text cut into chunks encoded in parallel. Its tokens are appended to `out`; on
-    /// an error, `out` may hold some of them. For callers that hand out a batch's texts
-    /// themselves.
-    pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize, out: &mut Vec<Rank>) -> Result<()> {
-        let cut = threads > 1 && text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
+    /// long text cut into chunks, encoded in parallel on more than one thread. Its tokens
+    /// are appended to `out`; on an error, `out` may hold some of them. For callers that
+    /// hand out a batch's texts themselves.
+    ///
+    /// `stop` is called before each chunk of a long text, on the thread that encodes it:
+    /// an error it returns ends the encoding (the Python bindings look for Ctrl-C there).
+    /// A text that is not cut (shorter, a pattern without a scanner, or special tokens
+    /// found in it) is encoded without a call.
+    pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize, out: &mut Vec<Rank>, stop: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
+        let cut = text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
         if let Some(p) = policy {
             // Only a text that may be cut needs its special tokens looked for here first;
             // `encode` looks for them itself.
@@ -468,7 +488,19 @@ impl Encoder {
                 start = cut;
             }
             chunks.push(&text[start..]);
-            for part in batch::map(&chunks, threads, |c| self.encode_ordinary(c))? {
+            if threads <= 1 {
+                let scratch = &mut Scratch::default();
+                for c in chunks {
+                    stop()?;
+                    self.encode_ordinary_into(c, out, scratch)?;
+                }
+                return Ok(());
+            }
+            let parts = batch::map(&chunks, threads, |c| {
+                stop()?;
+                self.encode_ordinary(c)
+            })?;
+            for part in parts {
                 out.extend_from_slice(&part);
             }
             return Ok(());
@@ -611,7 +643,8 @@ impl Encoder {
 /// the chunked loop after each chunk of pieces and each miss): [`Keep`] leaves it all
 /// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered.
 trait Spill {
-    fn after_piece(&mut self, out: &mut Vec<Rank>);
+    /// Whether the encoding is to stop here (with [`Error::Cancelled`]).
+    fn after_piece(&mut self, out: &mut Vec<Rank>) -> bool;
 }
 
 /// Keeps every id in `out`.
@@ -619,22 +652,27 @@ struct Keep;
 
 impl Spill for Keep {
     #[inline(always)]
-    fn after_piece(&mut self, _out: &mut Vec<Rank>) {}
+    fn after_piece(&mut self, _out: &mut Vec<Rank>) -> bool {
+        false
+    }
 }
 
-/// Hands `out`'s ids to `drain` and empties it once it holds `every` or more.
+/// Hands `out`'s ids to `drain` and empties it once it holds `every` or more; `drain`
+/// returns whether the encoding is to stop there.
 struct Drain<F> {
     every: usize,
     drain: F,
 }
 
-impl<F: FnMut(&[Rank])> Spill for Drain<F> {
+impl<F: FnMut(&[Rank]) -> bool> Spill for Drain<F> {
     #[inline(always)]
-    fn after_piece(&mut self, out: &mut Vec<Rank>) {
+    fn after_piece(&mut self, out: &mut Vec<Rank>) -> bool {
         if out.len() >= self.every {
-            (self.drain)(out);
+            let stop = (self.drain)(out);
             out.clear();
+            return stop;
         }
+        false
     }
 }
 
@@ -742,10 +780,24 @@ mod tests {
         for p in patterns {
             let e = Encoder::new(ranks.clone(), vec![], p).unwrap();
             let whole = e.encode_ordinary(&long).unwrap();
-            let cut = e.encode_batch(&[long.as_str(), "hello"], None, 4).unwrap();
             assert!(cut_points(&long, CHUNK).len() > 2);
-            assert_eq!(cut[0], whole, "pattern {p}");
-            assert_eq!(cut[1], e.encode_ordinary("hello").unwrap());
+            for threads in [1, 4] {
+                let cut = e.encode_batch(&[long.as_str(), "hello"], None, threads).unwrap();
+                assert_eq!(cut[0], whole, "pattern {p}, {threads} threads");
+                assert_eq!(cut[1], e.encode_ordinary("hello").unwrap());
+                // `stop` is asked before each chunk; its error ends the text there.
+                let asked = std::sync::atomic::AtomicUsize::new(0);
+                let stop_third = || {
+                    let k = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k == 2 { Err(Error::Cancelled) } else { Ok(()) }
+                };
+                let mut out = Vec::new();
+                assert_eq!(e.encode_in_batch(&long, None, threads, &mut out, &stop_third), Err(Error::Cancelled));
+                if threads == 1 {
+                    assert_eq!(asked.into_inner(), 3, "pattern {p}");
+                    assert!(!out.is_empty() && out.len() < whole.len() / 2 && whole.starts_with(&out));
+                }
+            }
         }
     }
 
@@ -797,6 +849,7 @@ mod tests {
                     e.encode_draining(&text, policy, every, |ids| {
                         sizes.push(ids.len());
                         got.extend_from_slice(ids);
+                        false
                     })
                     .unwrap();
                     let want = match policy {
@@ -811,8 +864,27 @@ mod tests {
                 }
             }
             let mut got = Vec::new();
-            let err = e.encode_draining("hello<|end|>", Some(&SpecialPolicy::strict()), 1, |ids| got.extend_from_slice(ids));
+            let err = e.encode_draining("hello<|end|>", Some(&SpecialPolicy::strict()), 1, |ids| {
+                got.extend_from_slice(ids);
+                false
+            });
             assert_eq!(err, Err(Error::DisallowedSpecial("<|end|>".into())));
+            // `drain` saying stop ends the encoding there: no more ids are handed over
+            // after it, with or without special tokens.
+            for policy in [None, Some(&allow_all)] {
+                for stop_at in [1, 2, 5] {
+                    let mut calls = 0;
+                    let mut handed = 0;
+                    let err = e.encode_draining(&text, policy, 16, |ids| {
+                        calls += 1;
+                        handed += ids.len();
+                        calls == stop_at
+                    });
+                    assert_eq!(err, Err(Error::Cancelled), "stop at {stop_at}");
+                    assert_eq!(calls, stop_at);
+                    assert!(handed < e.encode_ordinary(&text).unwrap().len() / 2, "{handed}");
+                }
+            }
         }
     }
 
@@ -861,7 +933,11 @@ mod tests {
             assert_eq!(e.encode_ordinary(&text).unwrap(), want, "round {round}");
             for every in [1, 7, 4096] {
                 let mut got = Vec::new();
-                e.encode_draining(&text, None, every, |ids| got.extend_from_slice(ids)).unwrap();
+                e.encode_draining(&text, None, every, |ids| {
+                    got.extend_from_slice(ids);
+                    false
+                })
+                .unwrap();
                 assert_eq!(got, want, "round {round}, every {every}");
             }
         }

@@ -38,8 +38,9 @@ pub enum Error {
     #[error("not a single token: {0:?}")]
     UnknownToken(Vec<u8>),
 
-    /// Training was stopped by its progress callback (e.g. Ctrl-C in Python).
-    #[error("training was stopped")]
+    /// The work was stopped before its end: training by its progress callback, encoding
+    /// by its caller (e.g. Ctrl-C in Python).
+    #[error("stopped before the end")]
     Cancelled,
 
     /// Training's input is beyond what the merge loop can index.

@@ -250,19 +250,33 @@ unsafe fn encode_into_places<T>(py: Python<'_>, enc: &Encoder, text: &Bound<'_, 
     let places = Places(places);
     let mut written = 0usize;
     let mut beyond: Vec<Rank> = Vec::new();
+    let watch = SignalWatch::new(py, text.len()?)?;
     let encoded = with_text(py, text, |t| {
         let places = &places;
         enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
             let fit = ids.len().min(room - written);
-            for (k, &id) in ids[..fit].iter().enumerate() {
-                *places.0.add(written + k) = place(id);
-            }
+            // (as a slice of its own: written through the raw pointer, the places might
+            // have been `written` or `place`'s table for all the compiler knew, and both
+            // were read again for every id)
+            // SAFETY: places `written..written + fit` are within `room`, and reachable by
+            // nothing else (see above).
+            let to = std::slice::from_raw_parts_mut(places.0.add(written), fit);
+            fill_places(to, &ids[..fit], &place);
             written += fit;
             beyond.extend_from_slice(&ids[fit..]);
+            watch.check().is_err()
         })
     })?;
-    encoded.map_err(|e| to_py_err(py, e))?;
+    encoded.map_err(|e| watch.into_py_err(py, e))?;
     Ok((written, beyond))
+}
+
+/// `to[k] = place(ids[k])` for every `k` (`to` as long as `ids`).
+#[inline(never)]
+fn fill_places<T>(to: &mut [T], ids: &[Rank], place: &impl Fn(Rank) -> T) {
+    for (to, &id) in to.iter_mut().zip(ids) {
+        *to = place(id);
+    }
 }
 
 /// Encodes a long text (`bytes` of UTF-8) straight into the item array of the list it
@@ -694,11 +708,14 @@ impl Failure {
 /// Encodes a batch's `text` on `threads` threads (see [`Encoder::encode_in_batch`]),
 /// appending its ids to `ids`. It is converted to UTF-8 here, in this thread's buffer; a
 /// text long enough to be cut into chunks for all threads is converted on all of them.
-fn encode_stored(enc: &Encoder, text: Storage<'_>, policy: Option<&SpecialPolicy>, threads: usize, ids: &mut Vec<Rank>) -> Result<(), Failure> {
+/// `watch` is asked before each chunk of a long text (a signal handler's exception ends
+/// it with [`Error::Cancelled`]).
+fn encode_stored(enc: &Encoder, text: Storage<'_>, policy: Option<&SpecialPolicy>, threads: usize, ids: &mut Vec<Rank>, watch: &SignalWatch) -> Result<(), Failure> {
+    let stop = || watch.check();
     let encoded = if threads > 1 && text.chars() >= PARALLEL_ABOVE {
-        text.to_cow_on(threads).map(|utf8| enc.encode_in_batch(&utf8, policy, threads, ids))
+        text.to_cow_on(threads).map(|utf8| enc.encode_in_batch(&utf8, policy, threads, ids, &stop))
     } else {
-        text.with_utf8(|utf8| enc.encode_in_batch(utf8, policy, threads, ids))
+        text.with_utf8(|utf8| enc.encode_in_batch(utf8, policy, threads, ids, &stop))
     };
     encoded.map_err(Failure::Unencodable)?.map_err(Failure::Engine)
 }
@@ -768,6 +785,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
     let n = texts.len();
     let threads = threads.min(batch::available_cores()).max(1);
     let view = texts.view();
+    let watch = SignalWatch::new(py, texts.chars())?;
     if n <= 1 || texts.chars() < SMALL_BATCH {
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
@@ -778,7 +796,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
             for i in 0..n {
                 let text = view.storage(i);
                 let mut ids = Vec::with_capacity(text.chars() / 3 + 1);
-                if let Err(e) = encode_stored(enc, text, policy, threads, &mut ids) {
+                if let Err(e) = encode_stored(enc, text, policy, threads, &mut ids, &watch) {
                     failed = Some((i, e));
                     break;
                 }
@@ -786,7 +804,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
             }
         });
         if let Some((i, e)) = failed {
-            return Err(e.into_py_err(py, &texts.text(i)));
+            return Err(watch.failure_into_py_err(py, e, &texts.text(i)));
         }
         let lists = out.iter().map(|t| list_of_ids(py, enc, t)).collect::<PyResult<Vec<_>>>()?;
         return PyList::new(py, lists);
@@ -812,7 +830,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
             let Some(b) = claims.claim() else { break }; // all taken, or given up
             let texts = bundles[b].clone();
             for i in texts {
-                if !run.add(i, |ids| encode_stored(enc, view.storage(i), policy, threads, ids)) {
+                if !run.add(i, |ids| encode_stored(enc, view.storage(i), policy, threads, ids, &watch)) {
                     // Every text before this one is claimed (bundles go in order), so the
                     // batch's first failure is among those claimed: nothing more to start.
                     claims.close();
@@ -850,7 +868,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
                     out.set_item(i, list)?;
                     filled += 1;
                 }
-                Err(e) if failed.as_ref().is_none_or(|(j, _)| *j >= i) => failed = Some((i, e.into_py_err(py, &texts.text(i)))),
+                Err(e) if failed.as_ref().is_none_or(|(j, _)| *j >= i) => failed = Some((i, watch.failure_into_py_err(py, e, &texts.text(i)))),
                 Err(_) => {}
             }
         }
@@ -963,17 +981,19 @@ impl Collector {
     }
 }
 
-/// Signal handlers run now and then during a batch whose calling thread works without the
-/// GIL (`count_tokens_batch`, `encode_batch_to_numpy`), so that Ctrl-C stops it partway as
-/// it stops a batch of lists. Python runs handlers on its main thread only, so only a
-/// batch called there looks, from that thread, at most every [`SIGNAL_CHECK_EVERY`]: it
-/// takes the GIL (which may wait on another Python thread for up to its switch interval,
-/// 5 ms by default) and runs the handlers of signals that arrived; an exception one raises
-/// is kept and ends the batch.
+/// Signal handlers run now and then during long work done without the GIL, so that Ctrl-C
+/// stops it partway: a batch whose calling thread never holds the GIL while it works
+/// (`count_tokens_batch`, `encode_batch_to_numpy`), the chunks of a batch's long text,
+/// and one long text encoded or counted in a single call (asked each time the engine
+/// hands over its ids, about every 4k ids). Python runs handlers on its main thread only,
+/// so only work called there looks, from that thread, at most every
+/// [`SIGNAL_CHECK_EVERY`]: it takes the GIL (which may wait on another Python thread for
+/// up to its switch interval, 5 ms by default) and runs the handlers of signals that
+/// arrived; an exception one raises is kept and ends the work.
 struct SignalWatch {
-    /// The thread to look from: the calling thread, when it is Python's main thread.
-    on: Option<std::thread::ThreadId>,
-    last: Mutex<std::time::Instant>,
+    /// The thread to look from (the calling thread, when it is Python's main thread) and
+    /// when it last looked.
+    on: Option<(std::thread::ThreadId, Mutex<std::time::Instant>)>,
     raised: Raised,
 }
 
@@ -998,38 +1018,44 @@ impl Raised {
             (e, _) => to_py_err(py, e),
         }
     }
+
+    /// The exception kept, if any, taken out (for work that goes on reporting).
+    fn take(&self) -> Option<PyErr> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// How often a batch's calling thread looks for signals (see [`SignalWatch`]).
 const SIGNAL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A batch of fewer characters than this ends before the first look (well within
+/// Work on fewer characters than this ends before the first look (well within
 /// [`SIGNAL_CHECK_EVERY`]), so it does not even find out which thread it runs on.
 const SIGNAL_WATCH_ABOVE: usize = 1 << 22;
 
 impl SignalWatch {
     /// The watch for a batch of `chars` characters called on this thread.
     fn new(py: Python<'_>, chars: usize) -> PyResult<Self> {
-        let idle = || Self { on: None, last: Mutex::new(std::time::Instant::now()), raised: Raised::default() };
-        if chars < SIGNAL_WATCH_ABOVE {
-            return Ok(idle());
+        let mut watch = Self { on: None, raised: Raised::default() };
+        if chars >= SIGNAL_WATCH_ABOVE {
+            let threading = py.import("threading")?;
+            let main = threading.call_method0("main_thread")?.getattr("ident")?;
+            let here = threading.call_method0("get_ident")?;
+            if main.eq(here)? {
+                watch.on = Some((std::thread::current().id(), Mutex::new(std::time::Instant::now())));
+            }
         }
-        let threading = py.import("threading")?;
-        let main = threading.call_method0("main_thread")?.getattr("ident")?;
-        let here = threading.call_method0("get_ident")?;
-        let on = main.eq(here)?.then(|| std::thread::current().id());
-        Ok(Self { on, ..idle() })
+        Ok(watch)
     }
 
     /// Between two items of the batch, on any of its threads: `Err(Cancelled)` once a
     /// signal handler has raised.
     fn check(&self) -> Result<(), Error> {
         // (most batches watch nothing: no look at the thread then)
-        let Some(on) = self.on else { return Ok(()) };
-        if on != std::thread::current().id() {
+        let Some((on, last)) = &self.on else { return Ok(()) };
+        if *on != std::thread::current().id() {
             return Ok(());
         }
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
         if last.elapsed() < SIGNAL_CHECK_EVERY {
             return Ok(());
         }
@@ -1041,6 +1067,15 @@ impl SignalWatch {
     /// batch that ended `Cancelled` by [`SignalWatch::check`].
     fn into_py_err(self, py: Python<'_>, e: Error) -> PyErr {
         self.raised.into_py_err(py, e)
+    }
+
+    /// A text's failure as a Python exception: the one a signal handler raised, for a
+    /// text whose encoding [`SignalWatch::check`] ended.
+    fn failure_into_py_err(&self, py: Python<'_>, failure: Failure, text: &Bound<'_, PyString>) -> PyErr {
+        match (failure, self.raised.take()) {
+            (Failure::Engine(Error::Cancelled), Some(raised)) => raised,
+            (failure, _) => failure.into_py_err(py, text),
+        }
     }
 }
 
@@ -1069,8 +1104,10 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
             let mut ids = Vec::with_capacity(texts.clone().map(|i| view.storage(i).chars()).sum::<usize>() / 3 + 16);
             let mut text_ends = Vec::with_capacity(texts.len());
             for i in texts.clone() {
-                if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
-                    return Ok(Err((i, f)));
+                match encode_stored(enc, view.storage(i), policy, threads, &mut ids, &watch) {
+                    Err(Failure::Engine(Error::Cancelled)) => return Err(Error::Cancelled),
+                    Err(f) => return Ok(Err((i, f))),
+                    Ok(()) => {}
                 }
                 text_ends.push(ids.len());
             }
@@ -1160,13 +1197,18 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
 /// that is only counted, so no list, int or array of ids is made, whatever the text's
 /// length.
 fn count_ids(py: Python<'_>, enc: &Encoder, text: &Bound<'_, PyString>, policy: Option<&SpecialPolicy>) -> PyResult<usize> {
+    let watch = SignalWatch::new(py, text.len()?)?;
     with_text(py, text, |t| {
         let mut n = 0usize;
         // (a short text's buffer sized for it: about one id per three bytes)
         let every = (t.len() / 3 + 16).min(DRAIN_EVERY);
-        enc.encode_draining(t, policy, every, |ids| n += ids.len()).map(|()| n)
+        enc.encode_draining(t, policy, every, |ids| {
+            n += ids.len();
+            watch.check().is_err()
+        })
+        .map(|()| n)
     })?
-    .map_err(|e| to_py_err(py, e))
+    .map_err(|e| watch.into_py_err(py, e))
 }
 
 /// The number of ids of each text of a batch, counted on `threads` threads as
@@ -1188,8 +1230,10 @@ fn count_batch<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, pol
             let mut counts = Vec::with_capacity(texts.len());
             for i in texts.clone() {
                 ids.clear();
-                if let Err(f) = encode_stored(enc, view.storage(i), policy, threads, &mut ids) {
-                    return Ok(Err((i, f)));
+                match encode_stored(enc, view.storage(i), policy, threads, &mut ids, &watch) {
+                    Err(Failure::Engine(Error::Cancelled)) => return Err(Error::Cancelled),
+                    Err(f) => return Ok(Err((i, f))),
+                    Ok(()) => {}
                 }
                 counts.push(ids.len());
             }

@@ -1127,6 +1127,57 @@ def test_ctrl_c_stops_a_long_batch_partway(cl100k, method, mb):
     assert _plain(call(texts[:5])) == first
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        "encode_ordinary",
+        "encode",
+        "encode_to_numpy",
+        "count_tokens",
+        "encode_ordinary_batch 1",
+        "encode_ordinary_batch 2",
+        "count_tokens_batch 1",
+        "encode_batch_to_numpy 2",
+    ],
+)
+def test_ctrl_c_stops_one_long_text_partway(cl100k, call):
+    """A KeyboardInterrupt (Ctrl-C) while one long text is encoded or counted, alone or as
+    a batch of one (cut into chunks, on one thread or two), is raised partway, not once
+    the whole text is done; the encoder works on."""
+    tm, _ = cl100k
+    method, _, threads = call.partition(" ")
+    if "numpy" in method:
+        pytest.importorskip("numpy")
+    if threads:
+        run = lambda text: getattr(tm, method)([text], num_threads=int(threads))  # noqa: E731
+    else:
+        run = lambda text: getattr(tm, method)(text)  # noqa: E731
+    # Random words of random letters: nearly every piece new, so no cache makes it quick;
+    # and lines, as a batch cuts a long text only after a newline.
+    text = os.urandom(24_000_000).translate(_LETTERS_AND_SPACES).decode("ascii")
+    text = "\n".join(text[i : i + 1000] for i in range(0, len(text), 1000))
+    first = _plain(run(text[:200_000]))
+    t0 = time.perf_counter()
+    whole = run(text)
+    full = time.perf_counter() - t0
+    for _ in range(3):
+        timer = threading.Timer(full / 10, _thread.interrupt_main)
+        timer.start()
+        t0 = time.perf_counter()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run(text)
+        finally:
+            timer.cancel()
+        took = time.perf_counter() - t0
+        # (before these looked for signals, they ran to the end: took about `full`)
+        if took < full / 2:
+            break
+    assert took < full / 2, (took, full)
+    assert _plain(run(text[:200_000])) == first
+    assert _plain(run(text)) == _plain(whole)
+
+
 def _plain(x):
     """Lists and numpy arrays, however nested, as lists of Python values."""
     if hasattr(x, "tolist"):
