@@ -474,6 +474,9 @@ fn decode_on_this_thread<O>(py: Python<'_>, enc: &Encoder, lists: &[Bound<'_, Py
     let mut lists = lists.iter();
     let mut held_since = std::time::Instant::now();
     loop {
+        // A signal (Ctrl-C) that arrived meanwhile, its handler run here: an exception it
+        // raises (KeyboardInterrupt) ends the batch (once every RUN_IDS ids or so).
+        py.check_signals()?;
         ids.clear();
         id_ends.clear();
         let mut unreadable = None;
@@ -617,6 +620,8 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
         let mut end = n;
         loop {
             while let Some(run) = next_run(false) {
+                // (a signal's handler run here, as in `decode_on_this_thread`: once a run)
+                py.check_signals()?;
                 run.into_iter().for_each(|(i, r)| decoded[i] = Some(r));
             }
             while let Some(r) = decoded.get_mut(made.len()).and_then(Option::take) {
@@ -645,6 +650,7 @@ fn decode_batch_to<'py, O>(py: Python<'py>, enc: &Encoder, batch: &[Bound<'py, P
             let mut own = Vec::new();
             py.detach(|| decode_run(&mut own));
             if !own.is_empty() {
+                py.check_signals()?;
                 own.into_iter().for_each(|(i, r)| decoded[i] = Some(r));
                 continue;
             }

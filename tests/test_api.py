@@ -1178,6 +1178,46 @@ def test_ctrl_c_stops_one_long_text_partway(cl100k, call):
     assert _plain(run(text)) == _plain(whole)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT with kill(1)")
+@pytest.mark.parametrize("method", ["decode_batch", "decode_bytes_batch"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ctrl_c_stops_a_long_decoding_batch_partway(cl100k, method, threads):
+    """A KeyboardInterrupt (Ctrl-C) during a long decoding batch is raised partway, not once
+    every list is decoded; the pool threads stop, and the encoder works on."""
+    tm, _ = cl100k
+    words = os.urandom(200_000).translate(_LETTERS_AND_SPACES).decode("ascii")
+    ids = tm.encode_ordinary(words)
+    # The same list many times over: many ids to decode, few int objects to hold.
+    batch = [ids[i : i + 5_000] for i in range(0, len(ids), 5_000)] * 600
+
+    def run():
+        return getattr(tm, method)(batch, num_threads=threads)
+
+    first = getattr(tm, method)(batch[:3], num_threads=threads)
+    t0 = time.perf_counter()
+    whole = run()
+    full = time.perf_counter() - t0
+    for _ in range(3):
+        # A real SIGINT, from another process: the batch's calling thread holds the GIL
+        # while it makes the objects, so a Python timer thread could not send one
+        # (`_thread.interrupt_main`) before the batch ends.
+        sender = subprocess.Popen(["sh", "-c", f"sleep {full / 10:.3f}; kill -INT {os.getpid()}"])
+        t0 = time.perf_counter()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run()
+                sender.wait()  # (if the batch ended first: the signal, here)
+        finally:
+            sender.wait()
+        took = time.perf_counter() - t0
+        # (before these looked for signals, they ran to the end: took about `full`)
+        if took < full / 2:
+            break
+    assert took < full / 2, (took, full)
+    assert getattr(tm, method)(batch[:3], num_threads=threads) == first
+    assert run() == whole
+
+
 def _plain(x):
     """Lists and numpy arrays, however nested, as lists of Python values."""
     if hasattr(x, "tolist"):
