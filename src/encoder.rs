@@ -463,49 +463,55 @@ impl Encoder {
 
     /// One text of a batch encoded on `threads` cores (see [`Encoder::encode_batch`]): its
     /// special tokens looked for here (on the worker, not before the batch starts), and a
-    /// long text cut into chunks, encoded in parallel on more than one thread. Its tokens
+    /// long text cut into chunks encoded in parallel on more than one thread. Its tokens
     /// are appended to `out`; on an error, `out` may hold some of them. For callers that
     /// hand out a batch's texts themselves.
     ///
-    /// `stop` is called before each chunk of a long text, on the thread that encodes it:
-    /// an error it returns ends the encoding (the Python bindings look for Ctrl-C there).
-    /// A text that is not cut (shorter, a pattern without a scanner, or special tokens
-    /// found in it) is encoded without a call.
+    /// `stop` is called now and then while a long text (over [`SPLIT_ABOVE`] bytes) is
+    /// encoded, on the thread that encodes it: before each chunk, or, where the text is not
+    /// cut (one thread, no place to cut at, special tokens in it, a pattern without a
+    /// scanner), each time about [`STOP_EVERY`] ids have been made. An error it returns ends
+    /// the encoding there (the Python bindings look for Ctrl-C in it).
     pub fn encode_in_batch(&self, text: &str, policy: Option<&SpecialPolicy>, threads: usize, out: &mut Vec<Rank>, stop: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
-        let cut = text.len() > SPLIT_ABOVE && matches!(self.splitter, Splitter::Scan(_));
-        if let Some(p) = policy {
-            // Only a text that may be cut needs its special tokens looked for here first;
-            // `encode` looks for them itself.
-            if !cut || !p.extra_disallowed.is_empty() || self.specials.disallows_empty(p) || !self.specials.find(text, p).is_empty() {
-                return self.encode_into(text, p, out, &mut Scratch::default()).map(|_| ());
-            }
+        if text.len() <= SPLIT_ABOVE {
+            return match policy {
+                Some(p) => self.encode_into(text, p, out, &mut Scratch::default()).map(|_| ()),
+                None => self.encode_ordinary_into(text, out, &mut Scratch::default()).map(|_| ()),
+            };
         }
-        if cut {
-            let mut chunks = Vec::new();
-            let mut start = 0;
-            for cut in cut_points(text, CHUNK) {
-                chunks.push(&text[start..cut]);
-                start = cut;
-            }
-            chunks.push(&text[start..]);
-            if threads <= 1 {
-                let scratch = &mut Scratch::default();
-                for c in chunks {
+        // (special tokens that cannot occur, or none found: the text is ordinary text)
+        let ordinary = policy.is_none_or(|p| p.extra_disallowed.is_empty() && !self.specials.disallows_empty(p) && self.specials.find(text, p).is_empty());
+        if threads > 1 && ordinary && matches!(self.splitter, Splitter::Scan(_)) {
+            let cuts = cut_points(text, CHUNK);
+            if !cuts.is_empty() {
+                let mut chunks = Vec::with_capacity(cuts.len() + 1);
+                let mut start = 0;
+                for cut in cuts {
+                    chunks.push(&text[start..cut]);
+                    start = cut;
+                }
+                chunks.push(&text[start..]);
+                let parts = batch::map(&chunks, threads, |c| {
                     stop()?;
-                    self.encode_ordinary_into(c, out, scratch)?;
+                    self.encode_ordinary(c)
+                })?;
+                for part in parts {
+                    out.extend_from_slice(&part);
                 }
                 return Ok(());
             }
-            let parts = batch::map(&chunks, threads, |c| {
-                stop()?;
-                self.encode_ordinary(c)
-            })?;
-            for part in parts {
-                out.extend_from_slice(&part);
-            }
-            return Ok(());
         }
-        self.encode_ordinary_into(text, out, &mut Scratch::default()).map(|_| ())
+        // On this thread, `stop` asked each time STOP_EVERY more ids are in `out`.
+        let mut spill = Checkpoints { every: STOP_EVERY, next: out.len() + STOP_EVERY, stop, stopped: None };
+        let scratch = &mut Scratch::default();
+        let encoded = match policy.filter(|_| !ordinary) {
+            Some(p) => self.encode_spilling(text, p, out, scratch, &mut spill),
+            None => self.encode_ordinary_spilling(text, out, scratch, &mut spill),
+        };
+        match (encoded, spill.stopped) {
+            (Err(Error::Cancelled), Some(e)) => Err(e),
+            (encoded, _) => encoded.map(|_| ()),
+        }
     }
 
     /// Tokens of one piece without regex splitting (tiktoken's `encode_single_piece`).
@@ -676,9 +682,35 @@ impl<F: FnMut(&[Rank]) -> bool> Spill for Drain<F> {
     }
 }
 
+/// Keeps every id in `out`, and asks `stop` each time `every` more have been added: an
+/// error it returns (kept in `stopped`) ends the encoding.
+struct Checkpoints<'a> {
+    every: usize,
+    next: usize,
+    stop: &'a (dyn Fn() -> Result<()> + Sync),
+    stopped: Option<Error>,
+}
+
+impl Spill for Checkpoints<'_> {
+    #[inline(always)]
+    fn after_piece(&mut self, out: &mut Vec<Rank>) -> bool {
+        if out.len() >= self.next {
+            self.next = out.len() + self.every;
+            if let Err(e) = (self.stop)() {
+                self.stopped = Some(e);
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// Texts longer than this are cut into chunks of about `CHUNK` bytes for batch encoding.
 pub const SPLIT_ABOVE: usize = 1 << 19;
 const CHUNK: usize = 1 << 18;
+/// How many ids a long text of a batch that is not cut makes between two calls of its
+/// `stop` (see [`Encoder::encode_in_batch`]).
+pub const STOP_EVERY: usize = 1 << 12;
 
 /// Byte offsets, about `chunk` apart, just after a `\n` that has a non-space character on
 /// both sides, the one after not a `/`. Every standard pattern ends a piece there and
@@ -794,9 +826,43 @@ mod tests {
                 let mut out = Vec::new();
                 assert_eq!(e.encode_in_batch(&long, None, threads, &mut out, &stop_third), Err(Error::Cancelled));
                 if threads == 1 {
+                    // (drained: asked after each STOP_EVERY ids)
                     assert_eq!(asked.into_inner(), 3, "pattern {p}");
-                    assert!(!out.is_empty() && out.len() < whole.len() / 2 && whole.starts_with(&out));
+                    assert!(out.len() >= 2 * STOP_EVERY && out.len() < whole.len() / 2 && whole.starts_with(&out));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn long_texts_of_a_batch_that_are_not_cut_still_ask_stop() {
+        // No line break to cut at, or a special token in the text: encoded on one thread,
+        // drained, `stop` asked every STOP_EVERY ids, with the ids of the whole when it
+        // never says stop.
+        let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
+        let e = Encoder::new(byte_vocab(), vec![("<|end|>".to_string(), 1000)], cl100k_like).unwrap();
+        let one_line: String = "hello world 12345 w\u{e9}rld!! ".repeat(SPLIT_ABOVE / 20);
+        let with_special = format!("{}<|end|>\n{}", one_line, "x\ny\n".repeat(SPLIT_ABOVE / 4));
+        let all = SpecialPolicy::allow_all();
+        for (text, policy) in [(&one_line, None), (&with_special, Some(&all))] {
+            let whole = match policy {
+                Some(p) => e.encode(text, p).unwrap(),
+                None => e.encode_ordinary(text).unwrap(),
+            };
+            for threads in [1, 4] {
+                let asked = std::sync::atomic::AtomicUsize::new(0);
+                let count = || {
+                    asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                };
+                let mut out = Vec::new();
+                e.encode_in_batch(text, policy, threads, &mut out, &count).unwrap();
+                assert_eq!(out, whole, "{threads} threads, specials {}", policy.is_some());
+                assert!(asked.into_inner() >= whole.len() / STOP_EVERY);
+                let stop_at_once = || Err(Error::Cancelled);
+                let mut out = Vec::new();
+                assert_eq!(e.encode_in_batch(text, policy, threads, &mut out, &stop_at_once), Err(Error::Cancelled));
+                assert!(out.len() < whole.len() / 2);
             }
         }
     }

@@ -714,8 +714,8 @@ impl Failure {
 /// Encodes a batch's `text` on `threads` threads (see [`Encoder::encode_in_batch`]),
 /// appending its ids to `ids`. It is converted to UTF-8 here, in this thread's buffer; a
 /// text long enough to be cut into chunks for all threads is converted on all of them.
-/// `watch` is asked before each chunk of a long text (a signal handler's exception ends
-/// it with [`Error::Cancelled`]).
+/// `watch` is asked now and then while a long text is encoded (before each chunk, or
+/// every few thousand ids; a signal handler's exception ends it with [`Error::Cancelled`]).
 fn encode_stored(enc: &Encoder, text: Storage<'_>, policy: Option<&SpecialPolicy>, threads: usize, ids: &mut Vec<Rank>, watch: &SignalWatch) -> Result<(), Failure> {
     let stop = || watch.check();
     let encoded = if threads > 1 && text.chars() >= PARALLEL_ABOVE {
@@ -989,9 +989,10 @@ impl Collector {
 
 /// Signal handlers run now and then during long work done without the GIL, so that Ctrl-C
 /// stops it partway: a batch whose calling thread never holds the GIL while it works
-/// (`count_tokens_batch`, `encode_batch_to_numpy`), the chunks of a batch's long text,
-/// and one long text encoded or counted in a single call (asked each time the engine
-/// hands over its ids, about every 4k ids). Python runs handlers on its main thread only,
+/// (`count_tokens_batch`, `encode_batch_to_numpy`), a batch's long text (asked before
+/// each of its chunks, or every 4k ids where it is not cut), and one long text encoded
+/// or counted in a single call (asked each time the engine hands over its ids, about
+/// every 4k ids). Python runs handlers on its main thread only,
 /// so only work called there looks, from that thread, at most every
 /// [`SIGNAL_CHECK_EVERY`]: it takes the GIL (which may wait on another Python thread for
 /// up to its switch interval, 5 ms by default) and runs the handlers of signals that

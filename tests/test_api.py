@@ -1138,14 +1138,18 @@ def test_ctrl_c_stops_a_long_batch_partway(cl100k, method, mb):
         "encode_ordinary_batch 2",
         "count_tokens_batch 1",
         "encode_batch_to_numpy 2",
+        "encode_ordinary_batch 2 one line",
+        "encode_batch 2 special",
     ],
 )
 def test_ctrl_c_stops_one_long_text_partway(cl100k, call):
     """A KeyboardInterrupt (Ctrl-C) while one long text is encoded or counted, alone or as
-    a batch of one (cut into chunks, on one thread or two), is raised partway, not once
+    a batch of one (cut into chunks on two threads; on one thread, or with no line break
+    to cut at, or with a special token in it, encoded whole), is raised partway, not once
     the whole text is done; the encoder works on."""
     tm, _ = cl100k
     method, _, threads = call.partition(" ")
+    threads, _, variant = threads.partition(" ")
     if "numpy" in method:
         pytest.importorskip("numpy")
     if threads:
@@ -1155,7 +1159,11 @@ def test_ctrl_c_stops_one_long_text_partway(cl100k, call):
     # Random words of random letters: nearly every piece new, so no cache makes it quick;
     # and lines, as a batch cuts a long text only after a newline.
     text = os.urandom(24_000_000).translate(_LETTERS_AND_SPACES).decode("ascii")
-    text = "\n".join(text[i : i + 1000] for i in range(0, len(text), 1000))
+    if variant != "one line":
+        text = "\n".join(text[i : i + 1000] for i in range(0, len(text), 1000))
+    if variant == "special":
+        text = "<|endoftext|>" + text
+        run = lambda text: tm.encode_batch([text], num_threads=int(threads), allowed_special="all")  # noqa: E731
     first = _plain(run(text[:200_000]))
     t0 = time.perf_counter()
     whole = run(text)
