@@ -1079,10 +1079,14 @@ impl SignalWatch {
     /// A text's failure as a Python exception: the one a signal handler raised, for a
     /// text whose encoding [`SignalWatch::check`] ended.
     fn failure_into_py_err(&self, py: Python<'_>, failure: Failure, text: &Bound<'_, PyString>) -> PyErr {
-        match (failure, self.raised.take()) {
-            (Failure::Engine(Error::Cancelled), Some(raised)) => raised,
-            (failure, _) => failure.into_py_err(py, text),
+        // (the kept exception taken only for the text it stopped: another text's failure,
+        // met first, must leave it for that one)
+        if let Failure::Engine(Error::Cancelled) = failure {
+            if let Some(raised) = self.raised.take() {
+                return raised;
+            }
         }
+        failure.into_py_err(py, text)
     }
 }
 
