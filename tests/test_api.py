@@ -1107,21 +1107,7 @@ def test_ctrl_c_stops_a_long_batch_partway(cl100k, method, mb):
     first = _plain(call(texts[:5]))
     t0 = time.perf_counter()
     call(texts)
-    full = time.perf_counter() - t0
-    for _ in range(3):
-        timer = threading.Timer(full / 10, _thread.interrupt_main)
-        timer.start()
-        t0 = time.perf_counter()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                call(texts)
-        finally:
-            timer.cancel()
-        took = time.perf_counter() - t0
-        # (before the batch looked for signals, it ran to the end: took about `full`)
-        if took < full / 2:
-            break
-    assert took < full / 2, (took, full)
+    _assert_stops_partway(lambda: call(texts), time.perf_counter() - t0)
     if _ARENAS_AHEAD:
         assert _arena_allocator() == original
     assert _plain(call(texts[:5])) == first
@@ -1167,21 +1153,7 @@ def test_ctrl_c_stops_one_long_text_partway(cl100k, call):
     first = _plain(run(text[:200_000]))
     t0 = time.perf_counter()
     whole = run(text)
-    full = time.perf_counter() - t0
-    for _ in range(3):
-        timer = threading.Timer(full / 10, _thread.interrupt_main)
-        timer.start()
-        t0 = time.perf_counter()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                run(text)
-        finally:
-            timer.cancel()
-        took = time.perf_counter() - t0
-        # (before these looked for signals, they ran to the end: took about `full`)
-        if took < full / 2:
-            break
-    assert took < full / 2, (took, full)
+    _assert_stops_partway(lambda: run(text), time.perf_counter() - t0)
     assert _plain(run(text[:200_000])) == first
     assert _plain(run(text)) == _plain(whole)
 
@@ -1204,26 +1176,39 @@ def test_ctrl_c_stops_a_long_decoding_batch_partway(cl100k, method, threads):
     first = getattr(tm, method)(batch[:3], num_threads=threads)
     t0 = time.perf_counter()
     whole = run()
-    full = time.perf_counter() - t0
+    # (the batch's calling thread holds the GIL while it makes the objects: a Python timer
+    # thread could not run to send the signal before the batch ends)
+    _assert_stops_partway(run, time.perf_counter() - t0, from_process=True)
+    assert getattr(tm, method)(batch[:3], num_threads=threads) == first
+    assert run() == whole
+
+
+def _assert_stops_partway(run, full, from_process=False):
+    """``run()``, interrupted (Ctrl-C) a tenth of ``full`` (its time uninterrupted) into
+    it, raises KeyboardInterrupt before half of ``full`` has passed. Before the calls
+    tested with it looked for signals, they ran to the end first. Up to three tries (a
+    busy host may delay the signal). The interrupt comes from a Python timer thread
+    (``_thread.interrupt_main``), or, ``from_process``, as a real SIGINT from another
+    process, for calls that hold the GIL while they work."""
     for _ in range(3):
-        # A real SIGINT, from another process: the batch's calling thread holds the GIL
-        # while it makes the objects, so a Python timer thread could not send one
-        # (`_thread.interrupt_main`) before the batch ends.
-        sender = subprocess.Popen(["sh", "-c", f"sleep {full / 10:.3f}; kill -INT {os.getpid()}"])
+        if from_process:
+            sender = subprocess.Popen(["sh", "-c", f"sleep {full / 10:.3f}; kill -INT {os.getpid()}"])
+            done = sender.wait
+        else:
+            timer = threading.Timer(full / 10, _thread.interrupt_main)
+            timer.start()
+            done = timer.cancel
         t0 = time.perf_counter()
         try:
             with pytest.raises(KeyboardInterrupt):
                 run()
-                sender.wait()  # (if the batch ended first: the signal, here)
+                done()  # (if the call ended first: the signal, here)
         finally:
-            sender.wait()
+            done()
         took = time.perf_counter() - t0
-        # (before these looked for signals, they ran to the end: took about `full`)
         if took < full / 2:
-            break
+            return
     assert took < full / 2, (took, full)
-    assert getattr(tm, method)(batch[:3], num_threads=threads) == first
-    assert run() == whole
 
 
 def _plain(x):
