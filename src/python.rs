@@ -250,7 +250,7 @@ unsafe fn encode_into_places<T>(py: Python<'_>, enc: &Encoder, text: &Bound<'_, 
     let places = Places(places);
     let mut written = 0usize;
     let mut beyond: Vec<Rank> = Vec::new();
-    let watch = SignalWatch::new(py, text.len()?)?;
+    let watch = SignalWatch::new(py, text.len()?);
     let encoded = with_text(py, text, |t| {
         let places = &places;
         enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
@@ -791,7 +791,7 @@ fn encode_batch_to_lists<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts
     let n = texts.len();
     let threads = threads.min(batch::available_cores()).max(1);
     let view = texts.view();
-    let watch = SignalWatch::new(py, texts.chars())?;
+    let watch = SignalWatch::new(py, texts.chars());
     if n <= 1 || texts.chars() < SMALL_BATCH {
         // Encode here (this thread's piece cache stays warm across calls); only one long
         // text is still cut into chunks encoded on `threads` cores.
@@ -1041,17 +1041,20 @@ const SIGNAL_WATCH_ABOVE: usize = 1 << 22;
 
 impl SignalWatch {
     /// The watch for a batch of `chars` characters called on this thread.
-    fn new(py: Python<'_>, chars: usize) -> PyResult<Self> {
+    fn new(py: Python<'_>, chars: usize) -> Self {
         let mut watch = Self { on: None, raised: Raised::default() };
-        if chars >= SIGNAL_WATCH_ABOVE {
+        // Whether this is Python's main thread. (If `threading` cannot say, as it may not
+        // while the interpreter shuts down, the work runs to its end unwatched rather
+        // than fail.)
+        let on_main = || -> PyResult<bool> {
             let threading = py.import("threading")?;
             let main = threading.call_method0("main_thread")?.getattr("ident")?;
-            let here = threading.call_method0("get_ident")?;
-            if main.eq(here)? {
-                watch.on = Some((std::thread::current().id(), Mutex::new(std::time::Instant::now())));
-            }
+            main.eq(threading.call_method0("get_ident")?)
+        };
+        if chars >= SIGNAL_WATCH_ABOVE && on_main().unwrap_or(false) {
+            watch.on = Some((std::thread::current().id(), Mutex::new(std::time::Instant::now())));
         }
-        Ok(watch)
+        watch
     }
 
     /// Between two items of the batch, on any of its threads: `Err(Cancelled)` once a
@@ -1107,7 +1110,7 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
     let bundles = texts.bundles();
     // Each bundle's ids, and where each of its texts' ids end; or its first failure.
     type Bundle = Result<(Vec<Rank>, Vec<usize>), (usize, Failure)>;
-    let watch = SignalWatch::new(py, texts.chars())?;
+    let watch = SignalWatch::new(py, texts.chars());
     let encoded: Result<Vec<Bundle>, Error> = py.detach(|| {
         batch::map(bundles, threads, |texts| {
             watch.check()?;
@@ -1208,7 +1211,7 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
 /// that is only counted, so no list, int or array of ids is made, whatever the text's
 /// length.
 fn count_ids(py: Python<'_>, enc: &Encoder, text: &Bound<'_, PyString>, policy: Option<&SpecialPolicy>) -> PyResult<usize> {
-    let watch = SignalWatch::new(py, text.len()?)?;
+    let watch = SignalWatch::new(py, text.len()?);
     with_text(py, text, |t| {
         let mut n = 0usize;
         // (a short text's buffer sized for it: about one id per three bytes)
@@ -1231,7 +1234,7 @@ fn count_batch<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py>, pol
     let small = n > 1 && texts.chars() < SMALL_BATCH;
     let threads = if small { 1 } else { threads.min(batch::available_cores()) };
     let bundles = texts.bundles();
-    let watch = SignalWatch::new(py, texts.chars())?;
+    let watch = SignalWatch::new(py, texts.chars());
     // Each bundle's counts, or its first failure.
     type Counted = Result<Vec<usize>, (usize, Failure)>;
     let counted: Result<Vec<Counted>, Error> = py.detach(|| {

@@ -1183,6 +1183,24 @@ def test_ctrl_c_stops_a_long_decoding_batch_partway(cl100k, method, threads):
     assert run() == whole
 
 
+def test_long_calls_work_when_threading_cannot_name_the_main_thread(cl100k, monkeypatch):
+    """Long calls ask `threading` whether they run on the main thread (only there can they
+    look for Ctrl-C). Where it cannot say (as while the interpreter shuts down), they run
+    unwatched instead of failing."""
+    tm, tt = cl100k
+    text = "hello world, 12345 w\u00f6rld\n" * 200_000  # (past the 4M characters watched)
+    want = tt.encode_ordinary(text)
+
+    def broken():
+        raise RuntimeError("no main thread here")
+
+    monkeypatch.setattr(threading, "main_thread", broken)
+    assert tm.encode_ordinary(text) == want
+    assert tm.count_tokens_ordinary(text) == len(want)
+    assert tm.encode_ordinary_batch([text], num_threads=2) == [want]
+    assert tm.count_tokens_batch([text, "hi"], num_threads=2) == [len(want), 1]
+
+
 def _assert_stops_partway(run, full, from_process=False):
     """``run()``, interrupted (Ctrl-C) a tenth of ``full`` (its time uninterrupted) into
     it, raises KeyboardInterrupt before half of ``full`` has passed. Before the calls
