@@ -647,7 +647,8 @@ impl Encoder {
 
 /// What the encoding loop does with its output between pieces (after each piece, or in
 /// the chunked loop after each chunk of pieces and each miss): [`Keep`] leaves it all
-/// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered.
+/// in `out` (and compiles to nothing); [`Drain`] hands it on once enough has gathered;
+/// [`Checkpoints`] leaves it in `out` and asks whether to stop now and then.
 trait Spill {
     /// Whether the encoding is to stop here (with [`Error::Cancelled`]).
     fn after_piece(&mut self, out: &mut Vec<Rank>) -> bool;
@@ -826,7 +827,7 @@ mod tests {
                 let mut out = Vec::new();
                 assert_eq!(e.encode_in_batch(&long, None, threads, &mut out, &stop_third), Err(Error::Cancelled));
                 if threads == 1 {
-                    // (drained: asked after each STOP_EVERY ids)
+                    // (not cut on one thread: asked after each STOP_EVERY ids)
                     assert_eq!(asked.into_inner(), 3, "pattern {p}");
                     assert!(out.len() >= 2 * STOP_EVERY && out.len() < whole.len() / 2 && whole.starts_with(&out));
                 }
@@ -836,8 +837,8 @@ mod tests {
 
     #[test]
     fn long_texts_of_a_batch_that_are_not_cut_still_ask_stop() {
-        // No line break to cut at, or a special token in the text: encoded on one thread,
-        // drained, `stop` asked every STOP_EVERY ids, with the ids of the whole when it
+        // No line break to cut at, or a special token in the text: encoded whole on this
+        // thread, `stop` asked every STOP_EVERY ids, with the ids of the whole when it
         // never says stop.
         let cl100k_like = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
         let e = Encoder::new(byte_vocab(), vec![("<|end|>".to_string(), 1000)], cl100k_like).unwrap();

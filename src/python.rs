@@ -250,7 +250,7 @@ unsafe fn encode_into_places<T>(py: Python<'_>, enc: &Encoder, text: &Bound<'_, 
     let places = Places(places);
     let mut written = 0usize;
     let mut beyond: Vec<Rank> = Vec::new();
-    let watch = SignalWatch::new(py, text.len()?);
+    let watch = SignalWatch::for_text(py, text);
     let encoded = with_text(py, text, |t| {
         let places = &places;
         enc.encode_draining(t, policy, DRAIN_EVERY, |ids| {
@@ -1041,6 +1041,13 @@ const SIGNAL_WATCH_ABOVE: usize = 1 << 22;
 
 impl SignalWatch {
     /// The watch for a batch of `chars` characters called on this thread.
+    /// The watch for one call on `text`, on this thread.
+    fn for_text(py: Python<'_>, text: &Bound<'_, PyString>) -> Self {
+        // SAFETY: `text` is a str (this reads its header; no call, as every short text
+        // passes here).
+        Self::new(py, unsafe { ffi::PyUnicode_GET_LENGTH(text.as_ptr()) } as usize)
+    }
+
     fn new(py: Python<'_>, chars: usize) -> Self {
         let mut watch = Self { on: None, raised: Raised::default() };
         // Whether this is Python's main thread. (If `threading` cannot say, as it may not
@@ -1211,7 +1218,7 @@ fn encode_batch_flat<'py>(py: Python<'py>, enc: &Encoder, texts: &BatchTexts<'py
 /// that is only counted, so no list, int or array of ids is made, whatever the text's
 /// length.
 fn count_ids(py: Python<'_>, enc: &Encoder, text: &Bound<'_, PyString>, policy: Option<&SpecialPolicy>) -> PyResult<usize> {
-    let watch = SignalWatch::new(py, text.len()?);
+    let watch = SignalWatch::for_text(py, text);
     with_text(py, text, |t| {
         let mut n = 0usize;
         // (a short text's buffer sized for it: about one id per three bytes)
